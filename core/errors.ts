@@ -1,0 +1,105 @@
+/**
+ * The one catalogue of dsec error codes. Every error a user can see carries a
+ * code from here, so it can be searched for in docs/errors.md (which explains
+ * cause and fix for each). Add new codes here and there, never inline.
+ */
+
+export const ERRORS = Object.freeze({
+  // config ------------------------------------------------------------------
+  DSEC_CONFIG_NOT_FOUND: 'no dsec.yaml or dsec.ts in {dir}',
+  DSEC_CONFIG_PARSE: '{file}:{line}:{col}: {message}',
+  DSEC_CONFIG_INVALID: 'the configuration has {count} error(s)',
+  DSEC_CONFIG_UNKNOWN_LAYER: 'unknown layer {ref}',
+  DSEC_CONFIG_UNKNOWN_ENVIRONMENT: 'unknown environment {name}',
+  DSEC_CONFIG_DUPLICATE: 'duplicate {what} {name}',
+  DSEC_CONFIG_CYCLE: 'dependency cycle: {cycle}',
+  DSEC_CONFIG_TS_LOAD: 'could not load {file}: {message}',
+  // plugins -----------------------------------------------------------------
+  DSEC_PLUGIN_LOAD: 'could not load plugin {name}: {message}',
+  DSEC_PLUGIN_INVALID: 'plugin {name} is not a dsec plugin: {message}',
+  DSEC_PLAN_VETOED: 'plugin {plugin} vetoed the plan: {message}',
+  // state -------------------------------------------------------------------
+  DSEC_STATE_LOCKED: 'the state is locked by {holder}',
+  DSEC_STATE_STALE_LOCK: 'the state is locked by a process that is gone ({holder}); run: dsec force-unlock {id}',
+  DSEC_STATE_CORRUPT: 'the state file {file} is not valid: {message}',
+  DSEC_PLAN_STALE: 'the saved plan was made against state {planned}, but the state is now {current}',
+  DSEC_PLAN_FILE: 'could not read plan file {file}: {message}',
+  DSEC_STATE_NO_RESOURCE: 'no resource {address} in the state',
+  // layers and storage -------------------------------------------------------
+  DSEC_LAYER_IMMUTABLE: 'layer {ref} is already published with digest {existing}; its content now has digest {digest}. Publish a new version.',
+  DSEC_LAYER_SOURCE: 'layer {ref}: {message}',
+  DSEC_LAYER_UNSAFE_ARCHIVE: 'layer {ref}: archive entry {entry} {problem}',
+  DSEC_LAYER_IN_USE: 'layer {ref} is used by sandbox {id}',
+  DSEC_LAYER_NOT_FOUND: 'layer {ref} is not published on this node',
+  // agent and sandboxes ------------------------------------------------------
+  DSEC_AGENT_UNREACHABLE: 'the node agent at {address} is not reachable: {message}',
+  DSEC_AGENT_START: 'the node agent did not start: {message}',
+  DSEC_AGENT_REQUEST: 'the node agent refused the request: {message}',
+  DSEC_SANDBOX_NOT_FOUND: 'no sandbox {id}',
+  DSEC_BACKEND_UNKNOWN: 'no plugin provides backend {backend} (have: {known})',
+  DSEC_BACKEND_UNSUPPORTED: 'backend {backend} does not support {operation}',
+  DSEC_BACKEND_FAILED: 'backend {backend} failed to {operation} sandbox {id}: {message}',
+  DSEC_ADMISSION_REFUSED: 'sandbox {id} was refused by {plugin}: {reason}',
+  DSEC_RUNTIME_MISSING: 'no OCI runtime found (looked for {looked}); run scripts/setup.sh',
+  // apply -------------------------------------------------------------------
+  DSEC_APPLY_PARTIAL: '{failed} of {total} action(s) failed; {succeeded} succeeded and are recorded in the state',
+  DSEC_USAGE: '{message}',
+} as const);
+
+export type ErrorCode = keyof typeof ERRORS;
+
+/** Where in a config file a problem is. Lines and columns are 1-based. */
+export interface SourceLocation {
+  readonly file: string;
+  readonly line: number;
+  readonly col: number;
+}
+
+/** One problem found in a config: where, at which path in the document, what was expected. */
+export interface Diagnostic {
+  readonly code: ErrorCode;
+  readonly severity: 'error' | 'warning';
+  readonly message: string;
+  /** JSON-pointer-like path in the document, e.g. `/fleets/web/replicas`. */
+  readonly path: string;
+  readonly location?: SourceLocation;
+}
+
+export function formatMessage(code: ErrorCode, params: Readonly<Record<string, unknown>>): string {
+  return ERRORS[code].replace(/\{(\w+)\}/g, (whole, key: string) =>
+    key in params ? String(params[key]) : whole,
+  );
+}
+
+/** The error every dsec failure a user can act on is thrown as. */
+export class DsecError extends Error {
+  readonly code: ErrorCode;
+  readonly params: Readonly<Record<string, unknown>>;
+  /** Config errors carry every problem found, so they can be reported together. */
+  readonly diagnostics: readonly Diagnostic[];
+
+  constructor(
+    code: ErrorCode,
+    params: Readonly<Record<string, unknown>> = {},
+    options: { diagnostics?: readonly Diagnostic[]; cause?: unknown } = {},
+  ) {
+    super(formatMessage(code, params), { cause: options.cause });
+    this.name = 'DsecError';
+    this.code = code;
+    this.params = params;
+    this.diagnostics = options.diagnostics ?? [];
+  }
+
+  toJSON(): Record<string, unknown> {
+    return { code: this.code, message: this.message, diagnostics: this.diagnostics };
+  }
+}
+
+export function isDsecError(error: unknown, code?: ErrorCode): error is DsecError {
+  return error instanceof DsecError && (code === undefined || error.code === code);
+}
+
+/** The location formatted the way editors and CI annotate: `file:line:col`. */
+export function formatLocation(location: SourceLocation | undefined): string {
+  return location ? `${location.file}:${location.line}:${location.col}` : '';
+}

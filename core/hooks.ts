@@ -1,0 +1,151 @@
+/**
+ * The hook table: every extension point of dsec, in one place.
+ *
+ * Two families share it. Engine hooks fire in the process running `dsec
+ * plan/apply` (the CLI or an SDK program). Lifecycle hooks fire in the node
+ * agent, around each sandbox. Plugins tap both through the same object, so a
+ * reader finds every extension point here, with when it fires and what a tap
+ * may do. The tapable class is the contract: a bail hook means "the first tap
+ * that answers wins", a waterfall means "each tap refines the value", a
+ * parallel hook means "tell everyone".
+ *
+ * Taps are named with the plugin's PLUGIN_NAME and ordered by `stage`
+ * (backends at STAGE.BACKEND, storage at STAGE.STORAGE...), never by load order.
+ */
+import {
+  AsyncParallelHook,
+  AsyncSeriesBailHook,
+  AsyncSeriesHook,
+  AsyncSeriesWaterfallHook,
+  HookMap,
+  SyncHook,
+  SyncWaterfallHook,
+} from 'tapable';
+import type { Diagnostic } from './errors.js';
+import type {
+  ExecRequest,
+  ExecResult,
+  LayerRecord,
+  NodeInfo,
+  SandboxSpec,
+  SandboxStatus,
+} from './live.js';
+import type { ConfigModel, LayerModel, Resources } from './model.js';
+import type { Plan, ResourceChange, SandboxOperation } from './plan.js';
+
+/** Conventional tap stages, so ordering never depends on which plugin loaded first. */
+export const STAGE = Object.freeze({
+  /** Admission and policy: runs before anything is mounted or started. */
+  POLICY: -100,
+  /** Storage resolves layers before a backend starts and unmounts after it stops. */
+  STORAGE: -10,
+  BACKEND: 0,
+  /** Density work on a started sandbox (sharing, QoS) runs after the backend. */
+  DENSITY: 10,
+  /** In `destroy`: storage unmounts only after the backend stopped the processes. */
+  CLEANUP: 20,
+});
+
+/** A logger handed to plugins; the agent writes it to its log, the CLI to stderr with --verbose. */
+export interface Logger {
+  info(message: string): void;
+  warn(message: string): void;
+  debug(message: string): void;
+}
+
+/** The node a lifecycle hook runs on, as the agent describes it to plugins. */
+export interface NodeContext {
+  readonly name: string;
+  /** The agent's root folder; plugins keep their files under `<root>/<plugin name>/`. */
+  readonly root: string;
+  readonly log: Logger;
+}
+
+/**
+ * One sandbox as it moves through the lifecycle on a node. The agent persists
+ * it (as JSON) after every step, so plugins must keep only JSON-able data in
+ * `storage` and `backend`.
+ */
+export interface SandboxContext {
+  readonly spec: SandboxSpec;
+  readonly node: NodeContext;
+  /** The sandbox's private folder on the node; removed after `destroy`. */
+  readonly dir: string;
+  status: SandboxStatus;
+  /** Read-only layer trees, bottom to top, set by the storage plugin in `resolveLayers`. */
+  lowerDirs: string[];
+  /** Storage plugin's own record (e.g. which mounts it made). */
+  storage: Record<string, unknown>;
+  /** Backend plugin's own record (e.g. the runtime's container id, pid). */
+  backend: Record<string, unknown>;
+  readonly createdAt: string;
+}
+
+/** What a backend reports about a sandbox it was asked to look at. */
+export type BackendProbe = Extract<SandboxStatus, 'running' | 'paused' | 'stopped'>;
+
+/** A layer to publish on a node: its model plus the digest the engine computed. */
+export interface PublishRequest {
+  readonly layer: LayerModel;
+  readonly node: NodeContext;
+}
+
+export function createHooks() {
+  return Object.freeze({
+    // ------------------------------------------------------------ engine
+    /** After a config file is loaded and turned into a model, before the graph is built. Taps may return a changed model (e.g. add defaults). */
+    configLoaded: new SyncWaterfallHook<[ConfigModel]>(['config']),
+    /** After schema validation passed. Taps may push errors or warnings about the model (a policy's own rules). */
+    validate: new SyncHook<[ConfigModel, Diagnostic[]]>(['config', 'diagnostics']),
+    /** After the planner diffed desired against live. Each tap may return a refined plan (e.g. add warnings). */
+    plan: new AsyncSeriesWaterfallHook<[Plan]>(['plan']),
+    /** After the plan is final, before it is shown or saved. A tap vetoes it by throwing a DsecError (code DSEC_PLAN_VETOED). */
+    reviewPlan: new AsyncSeriesHook<[Plan]>(['plan']),
+    /** Before apply starts one resource change. Taps may throw to stop that change (it is then reported as failed). */
+    beforeChange: new AsyncSeriesHook<[ResourceChange]>(['change']),
+    /** After one resource change finished (and was recorded in the state), failed or not. */
+    afterChange: new AsyncSeriesHook<[ResourceChange, Error | null]>(['change', 'error']),
+    /** After each sandbox operation of a fleet change; the progress bar listens here. Taps must not throw. */
+    sandboxOperation: new SyncHook<[string, SandboxOperation, Error | null]>(['fleet', 'operation', 'error']),
+    /** After apply finished the whole plan, with the changes that failed (empty on success). */
+    applied: new AsyncSeriesHook<[Plan, readonly ResourceChange[]]>(['plan', 'failed']),
+
+    // --------------------------------------------------------- lifecycle
+    /** Cluster provider only: choose a node for a new sandbox. The first tap that returns a node name wins. */
+    place: new AsyncSeriesBailHook<[SandboxSpec, readonly NodeInfo[]], string | undefined>(['spec', 'nodes']),
+    /** On the node, before anything is created: the first tap that returns a reason refuses the sandbox. */
+    admit: new AsyncSeriesBailHook<[SandboxContext], string | undefined>(['sandbox']),
+    /** Compute a layer's digest without publishing it. The storage plugin answers. */
+    digestLayer: new AsyncSeriesBailHook<[PublishRequest], string | undefined>(['request']),
+    /** Publish a layer into the node's store. The storage plugin answers with the record. */
+    publishLayer: new AsyncSeriesBailHook<[PublishRequest], LayerRecord | undefined>(['request']),
+    /** List the published layers. The storage plugin answers. */
+    listLayers: new AsyncSeriesBailHook<[NodeContext], LayerRecord[] | undefined>(['node']),
+    /** Remove a published layer no sandbox uses. The storage plugin answers `true`. */
+    unpublishLayer: new AsyncSeriesBailHook<[NodeContext, string, string], true | undefined>(['node', 'name', 'version']),
+    /** After admission: turn `spec.layers` into read-only trees and set `sandbox.lowerDirs`. Storage taps here. */
+    resolveLayers: new AsyncSeriesHook<[SandboxContext]>(['sandbox']),
+    /** Create and start the sandbox on its backend, keyed by `spec.backend`. A tap returns `true` once it is running. */
+    provision: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
+    /** The sandbox is running. Taps may tune it (memory sharing, CPU QoS) but must not fail it. */
+    started: new AsyncParallelHook<[SandboxContext]>(['sandbox']),
+    /** Run a command in a running sandbox, keyed by backend kind. */
+    exec: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, ExecRequest], ExecResult | undefined>(['sandbox', 'request'])),
+    /** Change a running sandbox's limits in place, keyed by backend kind. A tap returns `true` when done. */
+    update: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, Resources], true | undefined>(['sandbox', 'resources'])),
+    /** Ask the backend what became of a sandbox (agent restart, refresh). Keyed by backend kind. */
+    probe: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], BackendProbe | undefined>(['sandbox'])),
+    /** Freeze a sandbox and reclaim its memory, keyed by backend kind. */
+    pause: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
+    /** Thaw a paused sandbox, keyed by backend kind. */
+    resume: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
+    /**
+     * Stop and remove a sandbox. Every plugin that left something behind taps
+     * it: backends at STAGE.BACKEND stop processes, storage at STAGE.CLEANUP
+     * unmounts. Taps must be idempotent: destroy runs again after a crash.
+     */
+    destroy: new AsyncSeriesHook<[SandboxContext]>(['sandbox']),
+  });
+}
+
+export type Hooks = ReturnType<typeof createHooks>;

@@ -1,0 +1,103 @@
+/**
+ * The desired-state model: what a `dsec.yaml` or `dsec.ts` declares, after
+ * validation, with every default filled in and every reference resolved by
+ * name. Plain data only: the graph, the planner and `dsec synth` all read it,
+ * nothing here touches a machine.
+ *
+ * Layer digests are not part of the model: computing one means reading the
+ * layer's content, which is the storage plugin's job at plan time
+ * (see core/engine/layers.ts).
+ */
+
+/** Where a layer's content comes from. Paths are absolute once in the model. */
+export type LayerSource =
+  /** A directory tree on this machine, copied into the store as it is. */
+  | { readonly type: 'dir'; readonly path: string }
+  /** A tar or tar.gz archive; absolute paths, `..`, devices and escaping links are refused. */
+  | { readonly type: 'tar'; readonly path: string }
+  /**
+   * A minimal root filesystem made from a static busybox binary on this
+   * machine (Debian's busybox-static): /bin/busybox, its applet links, and
+   * the usual empty top-level directories. It lets a project carry a base
+   * layer without shipping a root filesystem.
+   */
+  | { readonly type: 'busybox'; readonly path: string };
+
+export type LayerKind = 'base' | 'workspace' | 'toolkit';
+
+export interface LayerModel {
+  /** `name@version`, the layer's address in the config and the store. */
+  readonly ref: string;
+  readonly name: string;
+  /** A semantic version: `1.2.3`, optionally `-pre.1` / `+build`. */
+  readonly version: string;
+  readonly kind: LayerKind;
+  readonly source: LayerSource;
+}
+
+export interface EnvironmentModel {
+  readonly name: string;
+  /** Layer refs (`name@version`) bottom to top: the base, then the workspace if any, then toolkits. */
+  readonly layers: readonly string[];
+  readonly env: Readonly<Record<string, string>>;
+  /** @default "/" */
+  readonly workdir: string;
+  /** @default "root" */
+  readonly user: string;
+}
+
+export interface Resources {
+  /** CPU cores, fractional allowed (0.5 = half a core). @default 1 */
+  readonly cpu: number;
+  /** Memory limit in MiB. @default 256 */
+  readonly memoryMiB: number;
+  /** Maximum number of processes. @default 256 */
+  readonly pids: number;
+}
+
+export interface FleetModel {
+  readonly name: string;
+  readonly environment: string;
+  /** Backend kind, e.g. `container`. The engine never interprets it: a backend plugin does. */
+  readonly backend: string;
+  readonly replicas: number;
+  readonly resources: Resources;
+  /** `none`: only a loopback interface. Allow-lists come with the network work. */
+  readonly network: 'none';
+  readonly qos: 'best-effort' | 'latency-sensitive';
+  readonly ttl: { readonly maxLifetimeSeconds?: number; readonly idleStopSeconds?: number };
+  readonly labels: Readonly<Record<string, string>>;
+  readonly update: {
+    /** How many sandboxes of the fleet may be down at once during a replace. @default 1 */
+    readonly maxUnavailable: number;
+  };
+}
+
+export type ProviderModel =
+  | { readonly type: 'local'; readonly stateDir: string }
+  | { readonly type: 'cluster'; readonly etcd: readonly string[] };
+
+export interface PluginRef {
+  /** An npm package name, or a path resolved against the config file's folder. */
+  readonly name: string;
+  readonly options: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The whole desired state. Maps are keyed by name (layers by layer name: a
+ * config declares one version of each layer, and environments pick it up by
+ * name, so bumping a toolkit's version is a one-line change) and iterate in
+ * sorted order.
+ */
+export interface ConfigModel {
+  readonly version: 1;
+  /** The file the model came from (dsec.yaml or dsec.ts), absolute. */
+  readonly file: string;
+  /** The folder holding `file`; relative paths in the config resolve against it. */
+  readonly dir: string;
+  readonly provider: ProviderModel;
+  readonly plugins: readonly PluginRef[];
+  readonly layers: Readonly<Record<string, LayerModel>>;
+  readonly environments: Readonly<Record<string, EnvironmentModel>>;
+  readonly fleets: Readonly<Record<string, FleetModel>>;
+}

@@ -1,0 +1,164 @@
+/**
+ * The plan and state data shapes. A plan is a value: it can be printed, saved
+ * with `plan -out`, loaded, compared and tested without touching a cluster.
+ * The functions that make and consume these live in core/engine and core/state.
+ *
+ * Fields marked "display only" are for people and `--json` readers; apply never
+ * reads them. Apply reads `operations` and `desired`.
+ */
+import type { LayerRef, SandboxSpec } from './live.js';
+import type { ConfigModel, FleetModel, LayerModel, Resources } from './model.js';
+
+/** The small enum of plan actions, Terraform's, with their diff symbols. */
+export type Action = 'no-op' | 'create' | 'update' | 'replace' | 'delete';
+
+export const ACTION_SYMBOL: Readonly<Record<Action, string>> = Object.freeze({
+  'no-op': ' ',
+  create: '+',
+  update: '~',
+  replace: '-/+',
+  delete: '-',
+});
+
+/** Terraform's JSON `actions` list for each action. */
+export const ACTION_JSON: Readonly<Record<Action, readonly string[]>> = Object.freeze({
+  'no-op': ['no-op'],
+  create: ['create'],
+  update: ['update'],
+  replace: ['delete', 'create'],
+  delete: ['delete'],
+});
+
+/** Why an action was chosen; Terraform's `action_reason` values where they fit. */
+export type ActionReason =
+  | 'replace_because_cannot_update'
+  | 'replace_by_request'
+  | 'delete_because_no_resource_config'
+  | 'delete_because_destroy_mode'
+  | 'create_because_missing'
+  | 'update_replicas'
+  | 'update_resources'
+  | 'drift';
+
+/** One step on one sandbox of a fleet. The unit apply executes and records. */
+export type SandboxOperation =
+  | { readonly op: 'create'; readonly spec: SandboxSpec }
+  | { readonly op: 'delete'; readonly id: string }
+  /** Delete `id`, then create `spec` in its place; batched by the fleet's `maxUnavailable`. */
+  | { readonly op: 'replace'; readonly id: string; readonly spec: SandboxSpec; readonly because: string }
+  | { readonly op: 'update'; readonly id: string; readonly resources: Resources };
+
+/** Per-fleet sandbox counts, so a fleet of 32,000 is one line. Display only. */
+export interface FleetSandboxSummary {
+  readonly desired: number;
+  readonly live: number;
+  readonly create: number;
+  readonly delete: number;
+  readonly replace: number;
+  readonly update: number;
+  readonly unchanged: number;
+}
+
+export interface ResourceChange {
+  /** `layer.<name>@<version>` or `fleet.<name>`. */
+  readonly address: string;
+  readonly type: 'layer' | 'fleet';
+  readonly name: string;
+  readonly action: Action;
+  readonly reason: ActionReason | null;
+  /** Display only: the attributes before and after (sandboxes summarised, not listed). */
+  readonly before: Readonly<Record<string, unknown>> | null;
+  readonly after: Readonly<Record<string, unknown>> | null;
+  /** Attribute paths that force a replace, e.g. [["environment"]]. */
+  readonly replacePaths: readonly (readonly string[])[];
+  /** Fleets only. */
+  readonly fleet?: {
+    readonly summary: FleetSandboxSummary;
+    readonly maxUnavailable: number;
+    /** What apply does to this fleet's sandboxes, in order. */
+    readonly operations: readonly SandboxOperation[];
+  };
+}
+
+export interface Plan {
+  readonly format_version: '1.0';
+  readonly dsec_version: string;
+  readonly created_at: string;
+  readonly mode: 'normal' | 'destroy';
+  readonly config_file: string;
+  /** The state this plan was made against; apply refuses if it moved on. */
+  readonly prior_state: { readonly lineage: string; readonly serial: number };
+  readonly resource_changes: readonly ResourceChange[];
+  readonly warnings: readonly string[];
+  /** The desired resources apply needs, so a saved plan applies without the config. */
+  readonly desired: {
+    readonly layers: Readonly<Record<string, LayerModel & { readonly digest: string }>>;
+    readonly fleets: Readonly<Record<string, FleetState['attributes']>>;
+  };
+}
+
+// ---------------------------------------------------------------- state
+
+export interface LayerState {
+  readonly type: 'layer';
+  readonly name: string;
+  readonly version: string;
+  readonly kind: LayerModel['kind'];
+  readonly digest: string;
+}
+
+/** One sandbox dsec created and owns. */
+export interface SandboxState {
+  readonly id: string;
+  readonly node: string;
+  /** The fleet's spec hash when this sandbox was created (what forces a replace). */
+  readonly specHash: string;
+  readonly resources: Resources;
+  readonly createdAt: string;
+}
+
+export interface FleetState {
+  readonly type: 'fleet';
+  readonly name: string;
+  /** What was applied last: the fleet with its environment resolved to layer digests. */
+  readonly attributes: Omit<FleetModel, 'environment'> & {
+    readonly environment: string;
+    readonly layers: readonly LayerRef[];
+    readonly env: Readonly<Record<string, string>>;
+    readonly workdir: string;
+    readonly user: string;
+    /** Hash of backend + layers + env + workdir + user + network: a change forces a replace. */
+    readonly specHash: string;
+  };
+  readonly sandboxes: Readonly<Record<string, SandboxState>>;
+}
+
+export type ResourceState = LayerState | FleetState;
+
+export interface StateFile {
+  readonly format_version: 1;
+  /** Random at creation; a plan made against another lineage never applies. */
+  readonly lineage: string;
+  /** Bumped on every write that changed content. */
+  readonly serial: number;
+  readonly dsec_version: string;
+  readonly resources: Readonly<Record<string, ResourceState>>;
+}
+
+/** What the planner is given: desired, recorded and live. */
+export interface PlanInput {
+  readonly config: ConfigModel;
+  readonly state: StateFile;
+  readonly live: import('./live.js').LiveView;
+  /** Digest of each declared layer (`name@version` -> digest), from the provider. */
+  readonly layerDigests: Readonly<Record<string, string>>;
+  readonly options: PlanOptions;
+}
+
+export interface PlanOptions {
+  readonly destroy?: boolean;
+  /** Only these addresses (and what they depend on). */
+  readonly targets?: readonly string[];
+  /** Force a replace of these addresses (`fleet.web`, or `fleet.web[sandbox-id]`). */
+  readonly replace?: readonly string[];
+}

@@ -1,0 +1,19 @@
+/**
+ * The public plugin API: everything a plugin may import from dsec, built-in or
+ * third-party alike (`import { STAGE, DsecError } from 'dsec/plugin'`).
+ * Built-in plugins import this file and nothing else of the engine.
+ */
+export { Dsec, type DsecPlugin, type DsecPluginModule } from './dsec.js';
+export {
+  STAGE,
+  type Hooks,
+  type Logger,
+  type NodeContext,
+  type SandboxContext,
+  type BackendProbe,
+  type PublishRequest,
+} from './hooks.js';
+export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './errors.js';
+export * from './live.js';
+export type * from './model.js';
+export type * from './plan.js';

@@ -1,0 +1,41 @@
+/**
+ * A provider is how the engine reaches the live cluster. `local` talks to one
+ * node agent on this machine (starting it on first use); `cluster` will talk to
+ * many through etcd. The engine only ever sees this interface.
+ */
+import type {
+  ExecRequest,
+  ExecResult,
+  LayerRecord,
+  LiveView,
+  NodeInfo,
+  SandboxInfo,
+  SandboxSpec,
+} from './live.js';
+import type { LayerModel, Resources } from './model.js';
+
+export interface Provider {
+  readonly name: string;
+  /** Read every node, layer and sandbox. Throws (never returns an empty view) when unreachable. */
+  refresh(): Promise<LiveView>;
+  /**
+   * Compute the digest a layer would have once published, without publishing
+   * it. Plans use it to tell a new layer version from an unchanged one.
+   */
+  digestLayer(layer: LayerModel): Promise<string>;
+  /** Publish a layer; a no-op if the same digest is already there, an error if `name@version` holds other content. */
+  publishLayer(layer: LayerModel): Promise<LayerRecord>;
+  /** Remove a published layer. Refused while a sandbox uses it. */
+  unpublishLayer(name: string, version: string): Promise<void>;
+  /** Create and start one sandbox; resolves once it is running. Idempotent on `spec.id`. */
+  createSandbox(spec: SandboxSpec): Promise<SandboxInfo>;
+  /** Change a running sandbox's limits in place. */
+  updateSandbox(id: string, resources: Resources): Promise<SandboxInfo>;
+  /** Stop and remove a sandbox and everything it left on its node. Idempotent. */
+  destroySandbox(id: string): Promise<void>;
+  exec(id: string, request: ExecRequest): Promise<ExecResult>;
+  listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]>;
+  nodes(): Promise<NodeInfo[]>;
+  /** Release connections; never stops the agents (sandboxes outlive the CLI). */
+  close(): Promise<void>;
+}

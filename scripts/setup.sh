@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything dsec needs on a fresh Debian 12 machine: the Debian
+# packages the container backend and the quickstart use, and the npm packages.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /bin/busybox ] || need+=(busybox-static)
+command -v mkfs.erofs >/dev/null 2>&1 || need+=(erofs-utils)
+command -v tar >/dev/null 2>&1 || need+=(tar)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: need root to install: ${need[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing Debian packages: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing npm packages"
+  npm ci --no-audit --no-fund --loglevel=error
+fi

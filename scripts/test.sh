@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command (README, second line; .ci/run calls it). Installs what the
+# tests need, builds, runs vitest with a JSON report and prints the plain
+# summary line `N passed, N failed` from that report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+npm run build
+mkdir -p test-results
+status=0
+npx vitest run --reporter=default --reporter=json --outputFile.json=test-results/vitest.json "$@" || status=$?
+node scripts/summary.mjs test-results/vitest.json
+exit $status
