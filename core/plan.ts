@@ -77,6 +77,14 @@ export interface ResourceChange {
     readonly maxUnavailable: number;
     /** What apply does to this fleet's sandboxes, in order. */
     readonly operations: readonly SandboxOperation[];
+    /**
+     * State bookkeeping apply does before the operations, with no provider
+     * call: sandboxes live with this state's lineage but missing from it (a
+     * crashed apply created them) are recorded...
+     */
+    readonly adopt?: readonly SandboxState[];
+    /** ...and sandbox ids the state lists but that are gone are dropped. */
+    readonly forget?: readonly string[];
   };
 }
 
@@ -143,6 +151,12 @@ export interface StateFile {
   readonly serial: number;
   readonly dsec_version: string;
   readonly resources: Readonly<Record<string, ResourceState>>;
+  /**
+   * Sandbox ids `dsec state rm` told dsec to forget: they still carry this
+   * lineage's label, so without this list refresh would adopt them back.
+   * Refresh and the planner never touch them.
+   */
+  readonly forgotten?: readonly string[];
 }
 
 /** What the planner is given: desired, recorded and live. */

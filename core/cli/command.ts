@@ -1,0 +1,55 @@
+/**
+ * The glue between commander and a command's body: build the context from the
+ * global options, run the body, turn its result into the exit code, print any
+ * error the way users can act on it, and always release connections.
+ */
+import { InvalidArgumentError, type Command } from 'commander';
+import { CliContext } from './context.js';
+import { printError, wantsColor } from './output.js';
+
+export interface CommonOptions {
+  chdir?: string;
+  file?: string;
+  color?: boolean;
+  verbose?: boolean;
+  json?: boolean;
+}
+
+/** A command body returns its exit code (0 when it returns nothing). */
+export type CommandBody<O, A extends unknown[]> = (ctx: CliContext, options: O & CommonOptions, ...args: A) => Promise<number | void>;
+
+export function action<O, A extends unknown[]>(body: CommandBody<O, A>) {
+  return async (...raw: unknown[]): Promise<void> => {
+    const command = raw[raw.length - 1] as Command;
+    const args = raw.slice(0, -2) as A;
+    const options = command.optsWithGlobals<O & CommonOptions>();
+    const color = wantsColor(options.color);
+    let ctx: CliContext | undefined;
+    try {
+      ctx = new CliContext({ chdir: options.chdir, file: options.file, color, verbose: options.verbose });
+      process.exitCode = (await body(ctx, { ...options, color }, ...args)) ?? 0;
+    } catch (error) {
+      printError(error, { json: Boolean(options.json), color });
+      process.exitCode = 1;
+    } finally {
+      await ctx?.close();
+    }
+  };
+}
+
+/** Parse `--refresh=false` style booleans. */
+export function parseBool(value: string): boolean {
+  if (/^(true|1|yes)$/i.test(value)) return true;
+  if (/^(false|0|no)$/i.test(value)) return false;
+  throw new InvalidArgumentError(`expected true or false, got '${value}'`);
+}
+
+export function parsePositiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`expected a positive integer, got '${value}'`);
+  return n;
+}
+
+export function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}

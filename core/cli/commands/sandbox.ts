@@ -1,0 +1,106 @@
+/**
+ * `dsec sandbox ls|exec`: look at the sandboxes on the agent and run commands
+ * in them. exec's exit code is the command's, so scripts can use it directly.
+ */
+import type { Command } from 'commander';
+import { action, parsePositiveInt } from '../command.js';
+import { colors, printJson } from '../output.js';
+import { LABEL_FLEET, type SandboxInfo } from '../../live.js';
+
+function table(rows: string[][]): string {
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => row[i].length)));
+  return rows.map((row) => row.map((cell, i) => cell.padEnd(widths[i])).join('  ').trimEnd()).join('\n') + '\n';
+}
+
+function parseLabels(selectors: string[] | undefined): Record<string, string> | undefined {
+  if (!selectors?.length) return undefined;
+  const labels: Record<string, string> = {};
+  for (const selector of selectors) {
+    const eq = selector.indexOf('=');
+    if (eq < 1) throw new Error(`--label expects key=value, got '${selector}'`);
+    labels[selector.slice(0, eq)] = selector.slice(eq + 1);
+  }
+  return labels;
+}
+
+export function registerSandboxCommands(program: Command): void {
+  const sandbox = program.command('sandbox').description('List sandboxes and run commands in them.');
+
+  sandbox
+    .command('ls')
+    .description('List the sandboxes on this project\'s node agent.')
+    .option('--fleet <name>', 'only this fleet\'s sandboxes')
+    .option('-l, --label <key=value>', 'only sandboxes with this label (repeatable)', (v: string, p: string[] = []) => [...p, v])
+    .option('--json', 'print a JSON array of sandboxes')
+    .action(
+      action<{ fleet?: string; label?: string[]; json?: boolean; color: boolean }, []>(async (ctx, flags) => {
+        const provider = await ctx.connect();
+        const labels = { ...parseLabels(flags.label), ...(flags.fleet ? { [LABEL_FLEET]: flags.fleet } : {}) };
+        const sandboxes = await provider.listSandboxes(Object.keys(labels).length ? labels : undefined);
+        sandboxes.sort((a, b) => a.id.localeCompare(b.id));
+        if (flags.json) {
+          printJson(sandboxes);
+          return 0;
+        }
+        if (sandboxes.length === 0) {
+          process.stdout.write('No sandboxes.\n');
+          return 0;
+        }
+        const c = colors(flags.color);
+        const paint = (s: SandboxInfo) => (s.status === 'running' ? c.green : s.status === 'failed' ? c.red : c.yellow)(s.status);
+        const rows = [['ID', 'FLEET', 'STATUS', 'BACKEND', 'CPU', 'MEMORY', 'CREATED']];
+        for (const s of sandboxes) {
+          rows.push([s.id, s.labels[LABEL_FLEET] ?? '-', s.status, s.backend, String(s.resources.cpu), `${s.resources.memoryMiB}Mi`, s.createdAt]);
+        }
+        // Colour after padding, so escape codes do not break the columns.
+        const text = table(rows);
+        process.stdout.write(
+          text.replace(/ (running|failed|stopped|paused|creating) /g, (m, status: string) => ` ${paint({ status } as SandboxInfo)} `),
+        );
+        return 0;
+      }),
+    );
+
+  sandbox
+    .command('exec')
+    .argument('<id>', 'the sandbox id (see dsec sandbox ls)')
+    .argument('<command...>', 'the command and its arguments; put them after --')
+    .description('Run a command in a sandbox, in its persistent state. Exits with the command\'s exit code.')
+    .option('-t, --timeout <ms>', 'kill the command after this many milliseconds', parsePositiveInt, 60_000)
+    .option('-w, --workdir <dir>', 'working directory inside the sandbox')
+    .option('-e, --env <key=value>', 'extra environment variable (repeatable)', (v: string, p: string[] = []) => [...p, v])
+    .option('--max-output <bytes>', 'cap on captured stdout and stderr, each', parsePositiveInt)
+    .option('-i, --stdin', 'pass this command\'s standard input to the sandbox command')
+    .option('--json', 'print the result (stdout, stderr, exit code, truncation) as JSON')
+    .action(
+      action<{ timeout: number; workdir?: string; env?: string[]; maxOutput?: number; stdin?: boolean; json?: boolean }, [string, string[]]>(
+        async (ctx, flags, id, command) => {
+          const provider = await ctx.connect();
+          const stdin = flags.stdin ? await readStdin() : undefined;
+          const result = await provider.exec(id, {
+            cmd: command,
+            timeoutMs: flags.timeout,
+            workdir: flags.workdir,
+            env: parseLabels(flags.env),
+            maxOutputBytes: flags.maxOutput,
+            stdin,
+          });
+          if (flags.json) {
+            printJson(result);
+          } else {
+            process.stdout.write(result.stdout);
+            process.stderr.write(result.stderr);
+            if (result.truncated) process.stderr.write(`dsec: output was cut at the capture limit\n`);
+            if (result.timedOut) process.stderr.write(`dsec: the command timed out after ${flags.timeout} ms and was killed\n`);
+          }
+          return result.exitCode ?? (result.timedOut ? 124 : 137);
+        },
+      ),
+    );
+}
+
+async function readStdin(): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return chunks.length ? Buffer.concat(chunks).toString('utf8') : undefined;
+}

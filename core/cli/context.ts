@@ -1,0 +1,101 @@
+/**
+ * What every command needs, built once from the global options: where the
+ * config is, the loaded model, the engine's `Dsec` with the config's plugins,
+ * the provider and the state store. Commands ask for the parts they use, so
+ * `dsec synth` never starts an agent and `dsec state list` never loads plugins.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { findConfigFile, loadConfig } from '../config/index.js';
+import { Dsec } from '../dsec.js';
+import { DsecError, type Diagnostic } from '../errors.js';
+import type { Logger } from '../hooks.js';
+import type { ConfigModel } from '../model.js';
+import { loadPlugins } from '../plugins.js';
+import type { Provider } from '../provider.js';
+import { LocalStateStore } from '../state/index.js';
+import { createLocalProvider } from '../../providers/local/index.js';
+
+export interface GlobalOptions {
+  /** `-C DIR`: run as if started in DIR. */
+  chdir?: string;
+  /** `-f FILE`: the config file, instead of looking for dsec.ts / dsec.yaml. */
+  file?: string;
+  color: boolean;
+  verbose?: boolean;
+}
+
+export interface LoadedProject {
+  readonly config: ConfigModel;
+  readonly warnings: readonly Diagnostic[];
+  readonly dsec: Dsec;
+}
+
+export class CliContext {
+  readonly cwd: string;
+  readonly log: Logger;
+  private project?: Promise<LoadedProject>;
+  private provider?: Provider;
+
+  constructor(readonly options: GlobalOptions) {
+    this.cwd = path.resolve(options.chdir ?? process.cwd());
+    if (!existsSync(this.cwd)) {
+      throw new DsecError('DSEC_USAGE', { message: `-C: no such directory ${this.cwd}` });
+    }
+    this.log = {
+      info: (m) => options.verbose && process.stderr.write(`${m}\n`),
+      warn: (m) => process.stderr.write(`warning: ${m}\n`),
+      debug: (m) => options.verbose && process.stderr.write(`${m}\n`),
+    };
+  }
+
+  /** The config file: `-f FILE`, else dsec.ts / dsec.yaml in the working folder. */
+  configFile(): string {
+    return this.options.file ? path.resolve(this.cwd, this.options.file) : findConfigFile(this.cwd);
+  }
+
+  /** Load and validate the config, with its plugins applied to the engine's hooks. */
+  load(): Promise<LoadedProject> {
+    this.project ??= (async () => {
+      const file = this.configFile();
+      // Plugins must be applied before validation, since they may add rules;
+      // so the config is loaded once plain (to read `plugins:`), then again
+      // through the hooks. Loading is cheap next to what a plan does.
+      const first = await loadConfig(file);
+      const dsec = new Dsec({ log: this.log });
+      dsec.use(...(await loadPlugins(first.model.plugins, first.model.dir)));
+      const { model, warnings } = await loadConfig(file, { dsec });
+      return { config: model, warnings, dsec };
+    })();
+    return this.project;
+  }
+
+  /** Where this project keeps its state and its agent: the config's `stateDir`, else `.dsec` beside the config. */
+  async stateDir(): Promise<string> {
+    const { config } = await this.load();
+    if (config.provider.type !== 'local') {
+      throw new DsecError('DSEC_USAGE', { message: `provider ${config.provider.type} is not available yet` });
+    }
+    return path.resolve(config.dir, config.provider.stateDir);
+  }
+
+  async stateStore(): Promise<LocalStateStore> {
+    return new LocalStateStore(await this.stateDir());
+  }
+
+  async connect(options: { autoStart?: boolean } = {}): Promise<Provider> {
+    if (this.provider) return this.provider;
+    const { config } = await this.load();
+    this.provider = createLocalProvider({
+      stateDir: await this.stateDir(),
+      baseDir: config.dir,
+      plugins: config.plugins,
+      autoStart: options.autoStart ?? true,
+    });
+    return this.provider;
+  }
+
+  async close(): Promise<void> {
+    await this.provider?.close();
+  }
+}

@@ -1,0 +1,128 @@
+/**
+ * Runs the real `dsec` binary (the compiled CLI: `npm run build` first) in a
+ * temp copy of a project, and tears everything it started down afterwards:
+ * sandboxes (through `dsec destroy`, then runc directly for anything left),
+ * the project's agent, and the folder.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const DSEC_BIN = path.join(REPO, 'bin/dsec.js');
+
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export class Project {
+  readonly dir: string;
+
+  private constructor(dir: string) {
+    this.dir = dir;
+  }
+
+  /** A temp copy of `examples/<name>` (or an empty folder), placed outside the repo on purpose. */
+  static copy(example?: string): Project {
+    const dir = mkdtempSync(path.join(tmpdir(), 'dsec-e2e-'));
+    if (example) cpSync(path.join(REPO, 'examples', example), dir, { recursive: true });
+    // As if the project had run `npm install dsec`: plugins and dsec.ts import it.
+    mkdirSync(path.join(dir, 'node_modules'));
+    symlinkSync(REPO, path.join(dir, 'node_modules', 'dsec'));
+    return new Project(dir);
+  }
+
+  file(name: string): string {
+    return path.join(this.dir, name);
+  }
+
+  write(name: string, content: string): void {
+    writeFileSync(this.file(name), content);
+  }
+
+  read(name: string): string {
+    return readFileSync(this.file(name), 'utf8');
+  }
+
+  /** Edit dsec.yaml with a plain string replacement; fails loudly when the text is not there. */
+  edit(from: string, to: string, name = 'dsec.yaml'): void {
+    const text = this.read(name);
+    if (!text.includes(from)) throw new Error(`edit: '${from}' not in ${name}`);
+    this.write(name, text.replace(from, to));
+  }
+
+  run(args: readonly string[], options: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [DSEC_BIN, ...args], {
+        cwd: this.dir,
+        env: { ...process.env, NO_COLOR: '1', ...options.env },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      child.stderr.on('data', (d) => (stderr += d));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+      child.stdin.end(options.input ?? '');
+    });
+  }
+
+  async json<T = unknown>(args: readonly string[]): Promise<T> {
+    const result = await this.run([...args, '--json']);
+    if (result.code !== 0) throw new Error(`dsec ${args.join(' ')} exited ${result.code}: ${result.stderr}${result.stdout}`);
+    return JSON.parse(result.stdout) as T;
+  }
+
+  /** Destroy what the project made and stop its agent; then make sure nothing of it is left. */
+  async cleanup(): Promise<void> {
+    const stateDir = path.join(this.dir, '.dsec');
+    if (existsSync(path.join(stateDir, 'agent'))) {
+      await this.run(['destroy', '--auto-approve']).catch(() => undefined);
+      await this.run(['agent', 'stop']).catch(() => undefined);
+    }
+    killLeftovers(path.join(stateDir, 'agent'));
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Remove every runc container and mount under an agent root that a failed test left behind. */
+export function killLeftovers(agentRoot: string): void {
+  try {
+    const pidFile = path.join(agentRoot, 'agent.pid');
+    if (existsSync(pidFile)) process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
+  } catch {
+    // already gone
+  }
+  let containers: { id: string; bundle: string }[] = [];
+  try {
+    containers = JSON.parse(execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8' }) || '[]') ?? [];
+  } catch {
+    containers = [];
+  }
+  for (const container of containers) {
+    if (!container.bundle.startsWith(agentRoot)) continue;
+    try {
+      execFileSync('runc', ['delete', '--force', container.id], { stdio: 'ignore' });
+    } catch {
+      // best effort: the umount below still runs
+    }
+  }
+  const mounts = readFileSync('/proc/mounts', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' ')[1])
+    .filter((mountPoint) => mountPoint?.startsWith(agentRoot))
+    .sort()
+    .reverse();
+  for (const mountPoint of mounts) {
+    try {
+      execFileSync('umount', ['-l', mountPoint], { stdio: 'ignore' });
+    } catch {
+      // best effort
+    }
+  }
+}
