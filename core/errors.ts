@@ -31,6 +31,8 @@ export const ERRORS = Object.freeze({
   DSEC_LAYER_UNSAFE_ARCHIVE: 'layer {ref}: archive entry {entry} {problem}',
   DSEC_LAYER_IN_USE: 'layer {ref} is used by sandbox {id}',
   DSEC_LAYER_NOT_FOUND: 'layer {ref} is not published on this node',
+  DSEC_LAYER_DIGEST_MISMATCH: 'layer {ref} is published on this node with digest {published}, but the sandbox asks for {digest}; plan and apply again',
+  DSEC_LAYER_STORE_CORRUPT: 'the layer store is damaged at {path}: {message}',
   // agent and sandboxes ------------------------------------------------------
   DSEC_AGENT_UNREACHABLE: 'the node agent at {address} is not reachable: {message}',
   DSEC_AGENT_START: 'the node agent did not start: {message}',

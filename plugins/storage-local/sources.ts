@@ -1,0 +1,104 @@
+/**
+ * Materialise a layer's source (a directory, an archive, a busybox binary)
+ * as a tree in a staging directory, with the owners, modes and symlinks the
+ * layer will have once published.
+ */
+import { constants, promises as fs } from 'node:fs';
+import { join, sep } from 'node:path';
+import { DsecError, isDsecError, type LayerModel, type LayerSource } from '../../core/plugin-api.js';
+import { extractArchive } from './archive.js';
+import { buildBusyboxRootfs } from './busybox.js';
+import { walkTree, type TreeEntry } from './digest.js';
+import { mapLimit } from './fsutil.js';
+
+const COPY_CONCURRENCY = 8;
+
+/** Fill the existing, empty directory `target` with the layer's content. */
+export async function materialise(layer: LayerModel, target: string): Promise<void> {
+  const source: LayerSource = layer.source;
+  switch (source.type) {
+    case 'dir':
+      await copyTree(source.path, target, layer.ref);
+      break;
+    case 'tar':
+      await extractArchive(source.path, target, layer.ref);
+      break;
+    case 'busybox':
+      await buildBusyboxRootfs(source.path, target, layer.ref);
+      break;
+    default:
+      throw new DsecError('DSEC_LAYER_SOURCE', {
+        ref: layer.ref,
+        message: `unknown source type ${JSON.stringify((source as { type: unknown }).type)}`,
+      });
+  }
+  // The root is not part of the digest, so it must not vary either.
+  await fs.chown(target, 0, 0);
+  await fs.chmod(target, 0o755);
+}
+
+/**
+ * Copy the tree at `source` into `target`: modes, owners and mtimes kept,
+ * symlinks copied as symlinks, hard links within the tree kept as hard links.
+ * Device nodes, sockets and FIFOs are refused (by `walkTree`).
+ */
+export async function copyTree(source: string, target: string, ref: string): Promise<void> {
+  const entries = await walkTree(source, ref);
+  await refuseTargetInsideSource(source, target, ref);
+  try {
+    for (const entry of entries) {
+      if (entry.type === 'dir') await fs.mkdir(join(target, entry.path));
+    }
+    // The first path of each multiply-linked inode is copied, the others
+    // linked to it once it exists.
+    const firstPathOfInode = new Map<string, string>();
+    const links: Array<[TreeEntry, string]> = [];
+    const copies: TreeEntry[] = [];
+    for (const entry of entries) {
+      if (entry.type === 'dir') continue;
+      if (entry.type === 'file' && entry.stat.nlink > 1n) {
+        const inode = `${entry.stat.dev}:${entry.stat.ino}`;
+        const first = firstPathOfInode.get(inode);
+        if (first !== undefined) {
+          links.push([entry, first]);
+          continue;
+        }
+        firstPathOfInode.set(inode, entry.path);
+      }
+      copies.push(entry);
+    }
+    await mapLimit(copies, COPY_CONCURRENCY, async (entry) => {
+      const to = join(target, entry.path);
+      if (entry.type === 'symlink') await fs.symlink(entry.target!, to);
+      else await fs.copyFile(join(source, entry.path), to, constants.COPYFILE_FICLONE);
+    });
+    for (const [entry, first] of links) await fs.link(join(target, first), join(target, entry.path));
+    // Children before parents, so a parent's mtime is not changed after it is set.
+    for (const entry of [...entries].reverse()) {
+      const to = join(target, entry.path);
+      await fs.lchown(to, entry.uid, entry.gid);
+      // chown clears setuid/setgid, so the mode is set after it.
+      if (entry.type !== 'symlink') await fs.chmod(to, entry.mode);
+      await fs.lutimes(to, entry.stat.atime, entry.stat.mtime);
+    }
+  } catch (error) {
+    if (isDsecError(error)) throw error;
+    throw new DsecError(
+      'DSEC_LAYER_SOURCE',
+      { ref, message: `copying ${source} failed (did it change while being copied?): ${(error as Error).message}` },
+      { cause: error },
+    );
+  }
+}
+
+/** Copying a tree into itself never ends: refuse a store that lives inside the source. */
+async function refuseTargetInsideSource(source: string, target: string, ref: string): Promise<void> {
+  const [realSource, realTarget] = await Promise.all([fs.realpath(source), fs.realpath(target)]);
+  const prefix = realSource.endsWith(sep) ? realSource : realSource + sep;
+  if (realTarget.startsWith(prefix)) {
+    throw new DsecError('DSEC_LAYER_SOURCE', {
+      ref,
+      message: `the layer store (${realTarget}) is inside the source directory ${realSource}; move one of them`,
+    });
+  }
+}
