@@ -17,6 +17,7 @@ export const ERRORS = Object.freeze({
   // plugins -----------------------------------------------------------------
   DSEC_PLUGIN_LOAD: 'could not load plugin {name}: {message}',
   DSEC_PLUGIN_INVALID: 'plugin {name} is not a dsec plugin: {message}',
+  DSEC_PLUGIN_OPTIONS: 'plugin {name} has invalid options: {message}',
   DSEC_PLAN_VETOED: 'plugin {plugin} vetoed the plan: {message}',
   // state -------------------------------------------------------------------
   DSEC_STATE_LOCKED: 'the state is locked by {holder}',
@@ -38,6 +39,9 @@ export const ERRORS = Object.freeze({
   DSEC_AGENT_START: 'the node agent did not start: {message}',
   DSEC_AGENT_REQUEST: 'the node agent refused the request: {message}',
   DSEC_SANDBOX_NOT_FOUND: 'no sandbox {id}',
+  DSEC_SANDBOX_NOT_RUNNING: 'sandbox {id} is {status}, not running',
+  DSEC_STORAGE_MISSING: 'no storage plugin answered {operation}; load one (e.g. storage-local)',
+  DSEC_AGENT_INTERNAL: 'the node agent failed: {message}',
   DSEC_BACKEND_UNKNOWN: 'no plugin provides backend {backend} (have: {known})',
   DSEC_BACKEND_UNSUPPORTED: 'backend {backend} does not support {operation}',
   DSEC_BACKEND_FAILED: 'backend {backend} failed to {operation} sandbox {id}: {message}',

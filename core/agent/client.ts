@@ -1,0 +1,159 @@
+/**
+ * A typed client for the node agent's API over its Unix socket. Error bodies
+ * come back as the same DsecError (code, params and message) the agent threw,
+ * so callers handle a remote failure exactly like a local one.
+ */
+import http from 'node:http';
+import { DsecError, ERRORS, type ErrorCode } from '../errors.js';
+import type { ExecRequest, ExecResult, LayerRecord, NodeInfo, SandboxInfo, SandboxSpec } from '../live.js';
+import type { LayerModel, Resources } from '../model.js';
+import { socketAddress } from './layout.js';
+
+export interface AgentClientOptions {
+  /** Per-request timeout in ms (0: none). exec adds its own timeout to it. @default 0 */
+  readonly timeoutMs?: number;
+}
+
+export class AgentClient {
+  private readonly agent: http.Agent;
+
+  constructor(readonly socketPath: string, private readonly options: AgentClientOptions = {}) {
+    this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+  }
+
+  health(options: { timeoutMs?: number } = {}): Promise<{ ok: true; pid: number }> {
+    return this.request('GET', '/v1/health', undefined, options.timeoutMs);
+  }
+
+  node(): Promise<NodeInfo> {
+    return this.request('GET', '/v1/node');
+  }
+
+  listLayers(): Promise<LayerRecord[]> {
+    return this.request('GET', '/v1/layers');
+  }
+
+  async digestLayer(layer: LayerModel): Promise<string> {
+    return (await this.request<{ digest: string }>('POST', '/v1/layers/digest', { layer })).digest;
+  }
+
+  publishLayer(layer: LayerModel): Promise<LayerRecord> {
+    return this.request('POST', '/v1/layers', { layer });
+  }
+
+  async unpublishLayer(name: string, version: string): Promise<void> {
+    await this.request('DELETE', `/v1/layers/${encodeURIComponent(name)}/${encodeURIComponent(version)}`);
+  }
+
+  listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
+    const query = new URLSearchParams();
+    for (const [key, value] of Object.entries(labels ?? {})) query.append('label', `${key}=${value}`);
+    const suffix = query.size > 0 ? `?${query}` : '';
+    return this.request('GET', `/v1/sandboxes${suffix}`);
+  }
+
+  createSandbox(spec: SandboxSpec): Promise<SandboxInfo> {
+    return this.request('POST', '/v1/sandboxes', { spec });
+  }
+
+  getSandbox(id: string): Promise<SandboxInfo> {
+    return this.request('GET', `/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
+  updateSandbox(id: string, resources: Partial<Resources>): Promise<SandboxInfo> {
+    return this.request('PATCH', `/v1/sandboxes/${encodeURIComponent(id)}`, { resources });
+  }
+
+  destroySandbox(id: string): Promise<{ id: string; existed: boolean }> {
+    return this.request('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
+  exec(id: string, request: ExecRequest): Promise<ExecResult> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, request);
+  }
+
+  shutdown(): Promise<{ ok: true }> {
+    return this.request('POST', '/v1/shutdown');
+  }
+
+  /** Close idle connections. The agent keeps running. */
+  close(): void {
+    this.agent.destroy();
+  }
+
+  /** One request; retried once when a kept-alive socket turned out to be closed by the agent. */
+  async request<T>(method: string, path: string, body?: unknown, timeoutMs = this.options.timeoutMs ?? 0): Promise<T> {
+    try {
+      return await this.send<T>(method, path, body, timeoutMs);
+    } catch (error) {
+      if ((error as { retryable?: boolean }).retryable) return this.send<T>(method, path, body, timeoutMs);
+      throw error;
+    }
+  }
+
+  private send<T>(method: string, path: string, body: unknown, timeoutMs: number): Promise<T> {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    return new Promise<T>((resolve, reject) => {
+      const req = http.request(
+        {
+          socketPath: socketAddress(this.socketPath),
+          path,
+          method,
+          agent: this.agent,
+          headers: payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (chunk: Buffer) => chunks.push(chunk));
+          res.on('error', (error) => reject(this.unreachable(error)));
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            let parsed: unknown;
+            try {
+              parsed = text ? JSON.parse(text) : undefined;
+            } catch {
+              return reject(new DsecError('DSEC_AGENT_REQUEST', { message: `${method} ${path}: the agent answered ${res.statusCode} with non-JSON: ${text.slice(0, 200)}` }));
+            }
+            if ((res.statusCode ?? 500) >= 400) return reject(toDsecError(parsed, res.statusCode ?? 500));
+            resolve(parsed as T);
+          });
+        },
+      );
+      if (timeoutMs > 0) {
+        req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      }
+      req.on('error', (error: NodeJS.ErrnoException) => {
+        const wrapped = this.unreachable(error);
+        if (req.reusedSocket && error.code === 'ECONNRESET') Object.assign(wrapped, { retryable: true });
+        reject(wrapped);
+      });
+      req.end(payload);
+    });
+  }
+
+  private unreachable(error: Error): DsecError {
+    return new DsecError('DSEC_AGENT_UNREACHABLE', { address: this.socketPath, message: error.message }, { cause: error });
+  }
+}
+
+/** The agent's `{error: {code, message, params}}` back into the DsecError it was. */
+function toDsecError(body: unknown, status: number): DsecError {
+  const error = (body as { error?: { code?: string; message?: string; params?: Record<string, unknown> } } | undefined)?.error;
+  if (!error || typeof error.code !== 'string' || !(error.code in ERRORS)) {
+    return new DsecError('DSEC_AGENT_REQUEST', { message: `the agent answered ${status}: ${JSON.stringify(body).slice(0, 300)}` });
+  }
+  const rebuilt = new DsecError(error.code as ErrorCode, error.params ?? {});
+  if (typeof error.message === 'string') rebuilt.message = error.message;
+  return rebuilt;
+}
+
+/** True when `error` means "no agent answered" (as opposed to a refusal by a live agent). */
+export function isUnreachable(error: unknown): boolean {
+  return error instanceof DsecError && error.code === 'DSEC_AGENT_UNREACHABLE';
+}
+
+/** True when nobody listened on the socket, so the request surely never reached an agent (safe to send again). */
+export function neverDelivered(error: unknown): boolean {
+  const cause = (error as { cause?: NodeJS.ErrnoException } | undefined)?.cause;
+  return isUnreachable(error) && (cause?.code === 'ECONNREFUSED' || cause?.code === 'ENOENT');
+}

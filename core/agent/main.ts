@@ -1,0 +1,161 @@
+#!/usr/bin/env node
+/**
+ * The node agent daemon:
+ *
+ *   node dist/core/agent/main.js --root DIR [--name NODE] [--plugins JSON] [--base-dir DIR] [--no-builtins] [--debug]
+ *
+ * `--plugins` is a JSON array of PluginRef ({name, options}) loaded on top of
+ * the built-ins (storage-local, backend-container); a ref with a built-in's
+ * name replaces it. `--no-builtins` loads only `--plugins`.
+ *
+ * SIGTERM / SIGINT / POST /v1/shutdown close the API and exit; the sandboxes
+ * keep running, and the next agent on this root adopts them.
+ */
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { Dsec } from '../dsec.js';
+import type { PluginRef } from '../model.js';
+import { DEFAULT_AGENT_PLUGINS, loadPlugins, mergePluginRefs } from '../plugins.js';
+import { NodeAgent } from './agent.js';
+import { AgentClient } from './client.js';
+import { agentPaths, EXIT_ALREADY_RUNNING } from './layout.js';
+import { fileLogger } from './log.js';
+import { isAgentProcess } from './process.js';
+import { createAgentServer } from './server.js';
+
+interface Args {
+  root: string;
+  name?: string;
+  plugins: PluginRef[];
+  baseDir: string;
+  builtins: boolean;
+  debug: boolean;
+}
+
+function parseArgs(argv: readonly string[]): Args {
+  const args: Partial<Args> & { plugins: PluginRef[] } = { plugins: [], builtins: true, debug: false };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i];
+    const value = () => {
+      const next = argv[++i];
+      if (next === undefined) throw new Error(`${flag} needs a value`);
+      return next;
+    };
+    if (flag === '--root') args.root = path.resolve(value());
+    else if (flag === '--name') args.name = value();
+    else if (flag === '--plugins') args.plugins = parsePluginRefs(value());
+    else if (flag === '--base-dir') args.baseDir = path.resolve(value());
+    else if (flag === '--no-builtins') args.builtins = false;
+    else if (flag === '--debug') args.debug = true;
+    else throw new Error(`unknown argument ${flag}`);
+  }
+  if (!args.root) throw new Error('--root DIR is required');
+  return { ...args, root: args.root, baseDir: args.baseDir ?? args.root } as Args;
+}
+
+function parsePluginRefs(text: string): PluginRef[] {
+  const parsed: unknown = JSON.parse(text);
+  if (!Array.isArray(parsed)) throw new Error('--plugins must be a JSON array');
+  return parsed.map((entry) => {
+    if (typeof entry === 'string') return { name: entry, options: {} };
+    if (entry && typeof entry === 'object' && typeof (entry as PluginRef).name === 'string') {
+      return { name: (entry as PluginRef).name, options: (entry as PluginRef).options ?? {} };
+    }
+    throw new Error(`--plugins: ${JSON.stringify(entry)} is not {name, options}`);
+  });
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const paths = agentPaths(args.root);
+  mkdirSync(paths.root, { recursive: true, mode: 0o700 });
+  chmodSync(paths.root, 0o700);
+  const log = fileLogger(paths.logFile, { debug: args.debug });
+
+  if ((await anotherAgentServes(paths)) || !takePidFile(paths.pidFile, paths.root)) {
+    log.info(`another agent already serves ${paths.root}; exiting`);
+    process.exit(EXIT_ALREADY_RUNNING);
+  }
+  log.info(`agent starting: pid ${process.pid}, root ${paths.root}, node ${args.name ?? '(hostname)'}`);
+
+  const dsec = new Dsec({ log });
+  const refs = args.builtins ? mergePluginRefs(DEFAULT_AGENT_PLUGINS, args.plugins) : args.plugins;
+  dsec.use(...(await loadPlugins(refs, args.baseDir)));
+  const agent = new NodeAgent({ dsec, root: paths.root, name: args.name });
+  await agent.start();
+
+  let stopping = false;
+  const shutdown = async (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info(`agent stopping (${why}); sandboxes keep running`);
+    await server.close().catch((error: Error) => log.warn(`closing the API: ${error.message}`));
+    await agent.drain();
+    removeOwnPidFile(paths.pidFile);
+    log.info('agent stopped');
+    process.exit(0);
+  };
+  const server = createAgentServer(agent, { socketPath: paths.socket, log, onShutdown: () => void shutdown('shutdown request') });
+  await server.listen();
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGHUP', () => log.info('SIGHUP ignored'));
+  log.info(`agent listening on ${paths.socket}`);
+}
+
+/**
+ * The pid file doubles as the lock on the root: created exclusively, and
+ * taken over only from a process that is no longer an agent of this root.
+ */
+function takePidFile(pidFile: string, root: string): boolean {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600, flag: 'wx' });
+      return true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const holder = Number.parseInt(readFileSafe(pidFile), 10);
+      if (Number.isInteger(holder) && holder !== process.pid && isAgentProcess(holder, root)) return false;
+      rmSync(pidFile, { force: true });
+    }
+  }
+  return false;
+}
+
+/** A live agent answering on the socket means: do not start a second one. */
+async function anotherAgentServes(paths: ReturnType<typeof agentPaths>): Promise<boolean> {
+  if (existsSync(paths.socket)) {
+    const client = new AgentClient(paths.socket);
+    try {
+      await client.health({ timeoutMs: 2000 });
+      return true;
+    } catch {
+      // a stale socket from an agent that died: removed when we listen
+    } finally {
+      client.close();
+    }
+  }
+  return false;
+}
+
+function removeOwnPidFile(pidFile: string): void {
+  if (Number.parseInt(readFileSafe(pidFile), 10) === process.pid) rmSync(pidFile, { force: true });
+}
+
+function readFileSafe(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+// A stray rejection in a background task is logged, never fatal.
+process.on('unhandledRejection', (reason) => {
+  process.stderr.write(`${new Date().toISOString()} warn  unhandled rejection: ${(reason as Error)?.stack ?? String(reason)}\n`);
+});
+
+main().catch((error: Error) => {
+  process.stderr.write(`${new Date().toISOString()} error agent failed to start: ${error.stack ?? error.message}\n`);
+  process.exit(1);
+});

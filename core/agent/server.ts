@@ -1,0 +1,219 @@
+/**
+ * The agent's HTTP/1.1 JSON API on a Unix socket (mode 0600: only root, the
+ * agent's owner, may talk to it). Never TCP here: the cluster transport, with
+ * a token, comes with the cluster provider.
+ *
+ * Every handler error becomes a JSON `{error: {code, message, params}}` with
+ * a fitting status; nothing a client sends can take the agent down.
+ */
+import { chmod, rm } from 'node:fs/promises';
+import http from 'node:http';
+import { DsecError, type ErrorCode } from '../errors.js';
+import type { Logger } from '../hooks.js';
+import type { LayerModel } from '../model.js';
+import type { NodeAgent } from './agent.js';
+import { socketAddress } from './layout.js';
+
+/** Request bodies above this are refused (413): layers travel as paths, not bytes. */
+export const MAX_BODY_BYTES = 8 * 1024 * 1024;
+
+const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
+  DSEC_AGENT_REQUEST: 400,
+  DSEC_USAGE: 400,
+  DSEC_BACKEND_UNKNOWN: 400,
+  DSEC_LAYER_SOURCE: 400,
+  DSEC_LAYER_UNSAFE_ARCHIVE: 400,
+  DSEC_SANDBOX_NOT_FOUND: 404,
+  DSEC_LAYER_NOT_FOUND: 404,
+  DSEC_ADMISSION_REFUSED: 409,
+  DSEC_LAYER_IN_USE: 409,
+  DSEC_LAYER_IMMUTABLE: 409,
+  DSEC_LAYER_CHANGED: 409,
+  DSEC_SANDBOX_NOT_RUNNING: 409,
+  DSEC_BACKEND_UNSUPPORTED: 501,
+  DSEC_STORAGE_MISSING: 501,
+};
+
+type Handler = (request: ParsedRequest) => Promise<unknown>;
+
+interface ParsedRequest {
+  readonly params: Record<string, string>;
+  readonly query: URLSearchParams;
+  readonly body: Record<string, unknown>;
+}
+
+interface Route {
+  readonly method: string;
+  readonly pattern: RegExp;
+  readonly names: readonly string[];
+  readonly handler: Handler;
+}
+
+export interface AgentServer {
+  listen(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function createAgentServer(agent: NodeAgent, options: { socketPath: string; log: Logger; onShutdown: () => void }): AgentServer {
+  const routes = buildRoutes(agent, options.onShutdown);
+  const server = http.createServer((req, res) => {
+    void handle(routes, req, res, options.log);
+  });
+  // exec may legitimately run for minutes; its own timeout bounds it.
+  server.requestTimeout = 0;
+  server.keepAliveTimeout = 30_000;
+
+  return {
+    async listen() {
+      await rm(options.socketPath, { force: true });
+      // Created 0600 from the start (umask), then made sure of with chmod.
+      const previous = process.umask(0o177);
+      try {
+        await new Promise<void>((resolve, reject) => {
+          server.once('error', reject);
+          server.listen(socketAddress(options.socketPath), () => {
+            server.off('error', reject);
+            resolve();
+          });
+        });
+      } finally {
+        process.umask(previous);
+      }
+      await chmod(options.socketPath, 0o600);
+    },
+    async close() {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      });
+      await rm(options.socketPath, { force: true });
+    },
+  };
+}
+
+function route(method: string, path: string, handler: Handler): Route {
+  const names: string[] = [];
+  const pattern = new RegExp(
+    `^${path.replace(/:(\w+)/g, (_whole, name: string) => {
+      names.push(name);
+      return '([^/]+)';
+    })}$`,
+  );
+  return { method, pattern, names, handler };
+}
+
+function buildRoutes(agent: NodeAgent, onShutdown: () => void): Route[] {
+  const layerOf = (body: Record<string, unknown>) => {
+    const layer = body.layer;
+    if (!layer || typeof layer !== 'object') throw new DsecError('DSEC_AGENT_REQUEST', { message: 'body must be {"layer": {...}}' });
+    return layer as LayerModel;
+  };
+  return [
+    route('GET', '/v1/health', async () => ({ ok: true, pid: process.pid })),
+    route('GET', '/v1/node', async () => agent.nodeInfo()),
+    route('GET', '/v1/layers', async () => agent.listLayers()),
+    route('POST', '/v1/layers/digest', async ({ body }) => ({ digest: await agent.digestLayer(layerOf(body)) })),
+    route('POST', '/v1/layers', async ({ body }) => agent.publishLayer(layerOf(body))),
+    route('DELETE', '/v1/layers/:name/:version', async ({ params }) => {
+      await agent.unpublishLayer(params.name, params.version);
+      return { ok: true };
+    }),
+    route('GET', '/v1/sandboxes', async ({ query }) => agent.list(labelSelector(query))),
+    route('POST', '/v1/sandboxes', async ({ body }) => agent.createSandbox(body.spec)),
+    route('GET', '/v1/sandboxes/:id', async ({ params }) => agent.get(params.id)),
+    route('PATCH', '/v1/sandboxes/:id', async ({ params, body }) => agent.updateSandbox(params.id, body.resources)),
+    route('DELETE', '/v1/sandboxes/:id', async ({ params }) => agent.destroySandbox(params.id)),
+    route('POST', '/v1/sandboxes/:id/exec', async ({ params, body }) => agent.exec(params.id, body)),
+    route('POST', '/v1/shutdown', async () => {
+      setImmediate(onShutdown);
+      return { ok: true };
+    }),
+  ];
+}
+
+/** `?label=k=v&label=k2=v2` -> {k: v, k2: v2}. */
+function labelSelector(query: URLSearchParams): Record<string, string> {
+  const selector: Record<string, string> = {};
+  for (const pair of query.getAll('label')) {
+    const eq = pair.indexOf('=');
+    if (eq < 1) throw new DsecError('DSEC_AGENT_REQUEST', { message: `label selector ${JSON.stringify(pair)} must be key=value` });
+    selector[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return selector;
+}
+
+async function handle(routes: readonly Route[], req: http.IncomingMessage, res: http.ServerResponse, log: Logger): Promise<void> {
+  const started = performance.now();
+  try {
+    const url = new URL(req.url ?? '/', 'http://agent');
+    const matching = routes.filter((candidate) => candidate.pattern.test(url.pathname));
+    const found = matching.find((candidate) => candidate.method === req.method);
+    if (!found) {
+      const status = matching.length > 0 ? 405 : 404;
+      const message = matching.length > 0 ? `${req.method} is not allowed on ${url.pathname}` : `no route ${req.method} ${url.pathname}`;
+      return sendError(res, status, new DsecError('DSEC_AGENT_REQUEST', { message }));
+    }
+    const body = await readBody(req);
+    const match = found.pattern.exec(url.pathname)!;
+    const params = Object.fromEntries(found.names.map((name, index) => [name, decodeSegment(match[index + 1])]));
+    const result = await found.handler({ params, query: url.searchParams, body });
+    send(res, 200, result ?? { ok: true });
+  } catch (error) {
+    if (error instanceof BodyError) return sendError(res, error.status, new DsecError('DSEC_AGENT_REQUEST', { message: error.message }));
+    if (error instanceof DsecError) return sendError(res, STATUS_BY_CODE[error.code] ?? 500, error);
+    log.warn(`${req.method} ${req.url}: ${(error as Error).stack ?? String(error)}`);
+    sendError(res, 500, new DsecError('DSEC_AGENT_INTERNAL', { message: (error as Error).message }));
+  } finally {
+    log.debug(`${req.method} ${req.url} ${res.statusCode} ${Math.round(performance.now() - started)} ms`);
+  }
+}
+
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new BodyError(400, `malformed path segment ${JSON.stringify(segment)}`);
+  }
+}
+
+class BodyError extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+async function readBody(req: http.IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new BodyError(413, `the request body is over ${MAX_BODY_BYTES} bytes`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  const text = Buffer.concat(chunks).toString('utf8');
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (error) {
+    throw new BodyError(400, `the request body is not valid JSON: ${(error as Error).message}`);
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new BodyError(400, 'the request body must be a JSON object');
+  return parsed as Record<string, unknown>;
+}
+
+function send(res: http.ServerResponse, status: number, value: unknown): void {
+  if (res.headersSent) return;
+  const text = JSON.stringify(value);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function sendError(res: http.ServerResponse, status: number, error: DsecError): void {
+  if (status === 413) {
+    // Stop reading the rest of an oversized upload: answer, then hang up.
+    res.setHeader('connection', 'close');
+    res.on('finish', () => res.req.socket.destroy());
+  }
+  send(res, status, { error: { code: error.code, message: error.message, params: error.params } });
+}

@@ -1,0 +1,189 @@
+/**
+ * The agent's sandboxes, in memory and on disk. Each sandbox is a
+ * SandboxContext (what the hooks see) plus the agent's own bookkeeping, and
+ * is persisted as `<root>/sandboxes/<id>/record.json` after every step, so a
+ * restarted agent knows how far each create got.
+ *
+ * Writes of one record are serialised (the last state always lands last),
+ * and operations that change a sandbox take its lock, so two creates of the
+ * same id, or a destroy racing a create, run one after the other.
+ */
+import { readdir } from 'node:fs/promises';
+import path from 'node:path';
+import type { NodeContext, SandboxContext } from '../hooks.js';
+import type { SandboxInfo, SandboxSpec, SandboxStatus } from '../live.js';
+import { readJson, writeJsonAtomic } from './files.js';
+
+/** What record.json holds: the SandboxContext minus `node`, plus the agent's notes. */
+export interface SandboxRecord {
+  readonly spec: SandboxSpec;
+  readonly dir: string;
+  readonly status: SandboxStatus;
+  readonly lowerDirs: string[];
+  readonly storage: Record<string, unknown>;
+  readonly backend: Record<string, unknown>;
+  readonly createdAt: string;
+  readonly error?: string;
+  readonly lastActivityAt?: string;
+}
+
+export interface SandboxEntry {
+  /** Mutable on purpose: hooks update status, lowerDirs, storage, backend in place. */
+  ctx: SandboxContext & { spec: SandboxSpec };
+  error?: string;
+  lastActivityAt?: string;
+  /** When the backend was last asked what became of it (ms since epoch). */
+  probedAt?: number;
+  /** Set once the sandbox's folder is gone: later writes are skipped. */
+  removed?: boolean;
+  writing?: Promise<void>;
+}
+
+export const RECORD_FILE = 'record.json';
+
+export class SandboxStore {
+  readonly dir: string;
+  private readonly entries = new Map<string, SandboxEntry>();
+  private readonly locks = new Map<string, Promise<unknown>>();
+
+  constructor(root: string, private readonly node: NodeContext) {
+    this.dir = path.join(root, 'sandboxes');
+  }
+
+  sandboxDir(id: string): string {
+    return path.join(this.dir, id);
+  }
+
+  get(id: string): SandboxEntry | undefined {
+    return this.entries.get(id);
+  }
+
+  all(): SandboxEntry[] {
+    return [...this.entries.values()];
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  add(entry: SandboxEntry): void {
+    this.entries.set(entry.ctx.spec.id, entry);
+  }
+
+  delete(id: string): void {
+    const entry = this.entries.get(id);
+    if (entry) entry.removed = true;
+    this.entries.delete(id);
+  }
+
+  /** A fresh context for a new sandbox. */
+  newEntry(spec: SandboxSpec): SandboxEntry {
+    return {
+      ctx: {
+        spec,
+        node: this.node,
+        dir: this.sandboxDir(spec.id),
+        status: 'creating',
+        lowerDirs: [],
+        storage: {},
+        backend: {},
+        createdAt: new Date().toISOString(),
+      },
+    };
+  }
+
+  /** Run `work` once every earlier operation on this id has finished. */
+  async withLock<T>(id: string, work: () => Promise<T>): Promise<T> {
+    const previous = this.locks.get(id) ?? Promise.resolve();
+    const current = previous.catch(() => {}).then(work);
+    const tail = current.catch(() => {});
+    this.locks.set(id, tail);
+    try {
+      return await current;
+    } finally {
+      if (this.locks.get(id) === tail) this.locks.delete(id);
+    }
+  }
+
+  isBusy(id: string): boolean {
+    return this.locks.has(id);
+  }
+
+  /** Resolves once no operation holds a lock (for a clean shutdown), or after `timeoutMs`. */
+  async drain(timeoutMs: number): Promise<void> {
+    const pending = Promise.all([...this.locks.values()]);
+    await Promise.race([pending, new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
+  }
+
+  /** Persist the entry's current state; writes of one record never overtake each other. */
+  persist(entry: SandboxEntry): Promise<void> {
+    const write = async () => {
+      if (entry.removed) return;
+      await writeJsonAtomic(path.join(entry.ctx.dir, RECORD_FILE), toRecord(entry));
+    };
+    entry.writing = (entry.writing ?? Promise.resolve()).catch(() => {}).then(write);
+    return entry.writing;
+  }
+
+  /** Every record on disk, with the folders that hold none (a crash before the first write). */
+  async readAll(): Promise<{ records: SandboxEntry[]; orphans: string[]; unreadable: { dir: string; error: string }[] }> {
+    const names = await readdir(this.dir).catch(() => [] as string[]);
+    const records: SandboxEntry[] = [];
+    const orphans: string[] = [];
+    const unreadable: { dir: string; error: string }[] = [];
+    for (const name of names) {
+      const dir = this.sandboxDir(name);
+      try {
+        const record = await readJson<SandboxRecord>(path.join(dir, RECORD_FILE));
+        records.push(fromRecord(record, this.node, dir));
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === 'ENOENT') orphans.push(dir);
+        else unreadable.push({ dir, error: (error as Error).message });
+      }
+    }
+    return { records, orphans, unreadable };
+  }
+}
+
+export function toRecord(entry: SandboxEntry): SandboxRecord {
+  const { node: _node, ...rest } = entry.ctx;
+  return {
+    ...rest,
+    ...(entry.error !== undefined ? { error: entry.error } : {}),
+    ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
+  };
+}
+
+function fromRecord(record: SandboxRecord, node: NodeContext, dir: string): SandboxEntry {
+  return {
+    ctx: {
+      spec: record.spec,
+      node,
+      dir,
+      status: record.status,
+      lowerDirs: record.lowerDirs ?? [],
+      storage: record.storage ?? {},
+      backend: record.backend ?? {},
+      createdAt: record.createdAt,
+    },
+    error: record.error,
+    lastActivityAt: record.lastActivityAt,
+  };
+}
+
+export function toInfo(entry: SandboxEntry): SandboxInfo {
+  const { ctx } = entry;
+  const handle = ctx.backend.handle;
+  return {
+    id: ctx.spec.id,
+    node: ctx.node.name,
+    backend: ctx.spec.backend,
+    status: ctx.status,
+    labels: ctx.spec.labels,
+    resources: ctx.spec.resources,
+    layers: ctx.spec.layers,
+    createdAt: ctx.createdAt,
+    ...(entry.error !== undefined ? { error: entry.error } : {}),
+    ...(typeof handle === 'string' ? { handle } : {}),
+  };
+}

@@ -1,0 +1,128 @@
+/**
+ * Checking what callers send the agent. The agent is the last line before a
+ * runtime runs something, so it re-checks what the engine already validated
+ * and reports every problem at once (DSEC_AGENT_REQUEST).
+ */
+import { DsecError } from '../errors.js';
+import type { ExecRequest, LayerRef, SandboxSpec } from '../live.js';
+import type { Resources } from '../model.js';
+
+export const SANDBOX_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+export const DEFAULT_RESOURCES: Resources = Object.freeze({ cpu: 1, memoryMiB: 256, pids: 256 });
+
+type Json = Record<string, unknown>;
+
+function refuse(problems: string[]): never {
+  throw new DsecError('DSEC_AGENT_REQUEST', { message: problems.join('; ') });
+}
+
+function isObject(value: unknown): value is Json {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function stringMap(value: unknown, name: string, problems: string[]): Record<string, string> {
+  if (value === undefined) return {};
+  if (!isObject(value) || Object.values(value).some((entry) => typeof entry !== 'string')) {
+    problems.push(`${name} must be an object of strings`);
+    return {};
+  }
+  return { ...(value as Record<string, string>) };
+}
+
+export function checkSandboxId(id: unknown): string {
+  if (typeof id !== 'string' || !SANDBOX_ID_PATTERN.test(id)) {
+    refuse([`sandbox id ${JSON.stringify(id)} must match ${SANDBOX_ID_PATTERN.source} (lower-case letters, digits, '-', at most 63)`]);
+  }
+  return id;
+}
+
+/** Resources from a partial input on top of `base`, each a positive number. */
+export function checkResources(input: unknown, base: Resources = DEFAULT_RESOURCES, problems: string[] = []): Resources {
+  if (input !== undefined && !isObject(input)) {
+    problems.push('resources must be an object');
+    return base;
+  }
+  const merged = { ...base, ...(input ?? {}) } as Json;
+  const extra = Object.keys(merged).filter((key) => !['cpu', 'memoryMiB', 'pids'].includes(key));
+  if (extra.length > 0) problems.push(`resources: unknown field(s) ${extra.join(', ')}`);
+  const cpu = merged.cpu;
+  const memoryMiB = merged.memoryMiB;
+  const pids = merged.pids;
+  if (typeof cpu !== 'number' || !(cpu > 0) || cpu > 1024) problems.push('resources.cpu must be a number > 0');
+  if (typeof memoryMiB !== 'number' || !Number.isInteger(memoryMiB) || memoryMiB < 8) problems.push('resources.memoryMiB must be a whole number >= 8');
+  if (typeof pids !== 'number' || !Number.isInteger(pids) || pids < 1) problems.push('resources.pids must be a whole number >= 1');
+  return { cpu: cpu as number, memoryMiB: memoryMiB as number, pids: pids as number };
+}
+
+/** A complete SandboxSpec from what a caller sent, defaults filled. */
+export function checkSpec(input: unknown): SandboxSpec {
+  if (!isObject(input)) refuse(['spec must be an object']);
+  const problems: string[] = [];
+  const id = checkSandboxId(input.id);
+  if (typeof input.backend !== 'string' || input.backend === '') problems.push('backend must be a non-empty string');
+  const layers: LayerRef[] = [];
+  if (!Array.isArray(input.layers)) problems.push('layers must be an array of {name, version, digest}');
+  else {
+    input.layers.forEach((layer, index) => {
+      if (!isObject(layer) || typeof layer.name !== 'string' || typeof layer.version !== 'string' || typeof layer.digest !== 'string') {
+        problems.push(`layers[${index}] must be {name, version, digest}`);
+      } else layers.push({ name: layer.name, version: layer.version, digest: layer.digest });
+    });
+  }
+  const workdir = input.workdir ?? '/';
+  if (typeof workdir !== 'string' || !workdir.startsWith('/')) problems.push('workdir must be an absolute path');
+  const user = input.user ?? 'root';
+  if (typeof user !== 'string' || !/^[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$/.test(user)) {
+    problems.push('user must be a name or uid, optionally :group');
+  }
+  const network = input.network ?? 'none';
+  if (network !== 'none') problems.push(`network must be "none", not ${JSON.stringify(network)}`);
+  const qos = input.qos ?? 'best-effort';
+  if (qos !== 'best-effort' && qos !== 'latency-sensitive') problems.push('qos must be "best-effort" or "latency-sensitive"');
+  const env = stringMap(input.env, 'env', problems);
+  const badEnv = Object.keys(env).find((key) => !/^[A-Za-z_][A-Za-z0-9_]*$/.test(key));
+  if (badEnv !== undefined) problems.push(`env name ${JSON.stringify(badEnv)} is not a valid variable name`);
+  const labels = stringMap(input.labels, 'labels', problems);
+  const resources = checkResources(input.resources, DEFAULT_RESOURCES, problems);
+  if (problems.length > 0) refuse(problems);
+  return {
+    id,
+    backend: input.backend as string,
+    layers,
+    env,
+    workdir: workdir as string,
+    user: user as string,
+    resources,
+    network: 'none',
+    qos: qos as SandboxSpec['qos'],
+    labels,
+  };
+}
+
+export function checkExecRequest(input: unknown): ExecRequest {
+  if (!isObject(input)) refuse(['the exec request must be an object']);
+  const problems: string[] = [];
+  const { cmd, env, workdir, stdin, timeoutMs, maxOutputBytes } = input;
+  if (!Array.isArray(cmd) || cmd.length === 0 || cmd.some((part) => typeof part !== 'string')) {
+    problems.push('cmd must be a non-empty array of strings');
+  }
+  const envMap = env === undefined ? undefined : stringMap(env, 'env', problems);
+  if (workdir !== undefined && (typeof workdir !== 'string' || !workdir.startsWith('/'))) problems.push('workdir must be an absolute path');
+  if (stdin !== undefined && typeof stdin !== 'string') problems.push('stdin must be a string');
+  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 1)) {
+    problems.push('timeoutMs must be a whole number >= 1');
+  }
+  if (maxOutputBytes !== undefined && (typeof maxOutputBytes !== 'number' || !Number.isInteger(maxOutputBytes) || maxOutputBytes < 0)) {
+    problems.push('maxOutputBytes must be a whole number >= 0');
+  }
+  if (problems.length > 0) refuse(problems);
+  return {
+    cmd: [...(cmd as string[])],
+    ...(envMap ? { env: envMap } : {}),
+    ...(workdir !== undefined ? { workdir: workdir as string } : {}),
+    ...(stdin !== undefined ? { stdin: stdin as string } : {}),
+    ...(timeoutMs !== undefined ? { timeoutMs: timeoutMs as number } : {}),
+    ...(maxOutputBytes !== undefined ? { maxOutputBytes: maxOutputBytes as number } : {}),
+  };
+}

@@ -1,0 +1,184 @@
+/**
+ * The plugin loader: turns `plugins:` entries of a config (and the agent's
+ * built-in list) into DsecPlugin objects. A built-in is found by name in this
+ * package's plugins/ folder and then loaded exactly like a third-party
+ * plugin: import the module, take its default export, call it with the
+ * options if it is a factory, check the shape.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { DsecPlugin } from './dsec.js';
+import { DsecError } from './errors.js';
+import type { PluginRef } from './model.js';
+
+/** Plugins that ship with dsec, loadable by bare name. */
+export const BUILTIN_PLUGINS: readonly string[] = Object.freeze(['storage-local', 'backend-container']);
+
+/** What a node agent loads when told nothing else: the local layer store and the container backend. */
+export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
+  Object.freeze({ name: 'storage-local', options: Object.freeze({}) }),
+  Object.freeze({ name: 'backend-container', options: Object.freeze({}) }),
+]);
+
+/**
+ * `base` with `extra` on top: an extra ref with a built-in's name replaces it
+ * (so a config can pass options to a built-in); others are appended in order.
+ */
+export function mergePluginRefs(base: readonly PluginRef[], extra: readonly PluginRef[]): PluginRef[] {
+  const merged = [...base];
+  for (const ref of extra) {
+    const at = merged.findIndex((existing) => existing.name === ref.name);
+    if (at >= 0) merged[at] = ref;
+    else merged.push(ref);
+  }
+  return merged;
+}
+
+/** Load every plugin, in order. Fails on the first that cannot be loaded, naming it. */
+export async function loadPlugins(refs: readonly PluginRef[], baseDir: string): Promise<DsecPlugin[]> {
+  const plugins: DsecPlugin[] = [];
+  for (const ref of refs) plugins.push(await loadPlugin(ref, baseDir));
+  return plugins;
+}
+
+export async function loadPlugin(ref: PluginRef, baseDir: string): Promise<DsecPlugin> {
+  let moduleUrl: string;
+  let imported: Record<string, unknown>;
+  try {
+    moduleUrl = resolvePlugin(ref.name, baseDir);
+    imported = await importModule(moduleUrl);
+  } catch (error) {
+    if (error instanceof DsecError) throw error;
+    throw new DsecError('DSEC_PLUGIN_LOAD', { name: ref.name, message: (error as Error).message }, { cause: error });
+  }
+  return instantiate(ref, imported);
+}
+
+/** A module URL for a plugin name: built-in, path, or npm package. */
+export function resolvePlugin(name: string, baseDir: string): string {
+  if (BUILTIN_PLUGINS.includes(name)) return builtinUrl(name);
+  if (name.startsWith('.') || path.isAbsolute(name)) {
+    const file = path.resolve(baseDir, name);
+    if (!existsSync(file)) throw new Error(`no file ${file}`);
+    return pathToFileURL(file).href;
+  }
+  return pathToFileURL(resolvePackage(name, baseDir)).href;
+}
+
+/**
+ * plugins/<name>/index.js beside the compiled core (dist/); when dsec runs
+ * from its TypeScript sources (tests, tsx) the .ts file is there instead.
+ */
+function builtinUrl(name: string): string {
+  for (const file of ['index.js', 'index.ts']) {
+    const url = new URL(`../plugins/${name}/${file}`, import.meta.url);
+    if (existsSync(fileURLToPath(url))) return url.href;
+  }
+  throw new Error(`built-in plugin ${name} is missing from ${fileURLToPath(new URL('../plugins/', import.meta.url))} (run npm run build)`);
+}
+
+/**
+ * Node's resolution from baseDir. require.resolve handles packages with a
+ * `require` or `default` export; an ESM-only package (only an `import`
+ * condition) is found through its package.json by hand.
+ */
+function resolvePackage(name: string, baseDir: string): string {
+  const require = createRequire(path.join(path.resolve(baseDir), 'noop.js'));
+  try {
+    return require.resolve(name);
+  } catch (error) {
+    const [scopeOrName, maybeName] = name.split('/');
+    const packageName = scopeOrName.startsWith('@') ? `${scopeOrName}/${maybeName}` : scopeOrName;
+    const subpath = name.slice(packageName.length);
+    for (let dir = path.resolve(baseDir); ; dir = path.dirname(dir)) {
+      const packageDir = path.join(dir, 'node_modules', packageName);
+      const manifest = path.join(packageDir, 'package.json');
+      if (existsSync(manifest)) {
+        const entry = importEntry(JSON.parse(readFileSync(manifest, 'utf8')) as PackageManifest, subpath ? `.${subpath}` : '.');
+        if (entry) return path.join(packageDir, entry);
+      }
+      if (path.dirname(dir) === dir) break;
+    }
+    throw new Error(`cannot find package ${name} from ${baseDir}: ${(error as Error).message.split('\n')[0]}`);
+  }
+}
+
+interface PackageManifest {
+  exports?: unknown;
+  module?: string;
+  main?: string;
+}
+
+function importEntry(manifest: PackageManifest, subpath: string): string | undefined {
+  const pick = (target: unknown): string | undefined => {
+    if (typeof target === 'string') return target;
+    if (target && typeof target === 'object') {
+      const conditions = target as Record<string, unknown>;
+      for (const key of ['import', 'node', 'default']) {
+        const found = pick(conditions[key]);
+        if (found) return found;
+      }
+    }
+    return undefined;
+  };
+  const { exports } = manifest;
+  if (exports !== undefined) {
+    const isMap = typeof exports === 'object' && exports !== null && Object.keys(exports).some((key) => key.startsWith('.'));
+    return pick(isMap ? (exports as Record<string, unknown>)[subpath] : subpath === '.' ? exports : undefined);
+  }
+  if (subpath !== '.') return subpath;
+  return manifest.module ?? manifest.main ?? 'index.js';
+}
+
+/**
+ * Import a module. TypeScript is imported directly where the running loader
+ * understands it (vitest, tsx), else through tsx's API, so a project's
+ * `./plugins/my-policy.ts` works from the compiled CLI too.
+ */
+async function importModule(url: string): Promise<Record<string, unknown>> {
+  if (!/\.(c|m)?tsx?$/.test(url)) return (await import(url)) as Record<string, unknown>;
+  try {
+    return (await import(url)) as Record<string, unknown>;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== 'ERR_UNKNOWN_FILE_EXTENSION') throw error;
+    const { tsImport } = await import('tsx/esm/api');
+    return (await tsImport(url, import.meta.url)) as Record<string, unknown>;
+  }
+}
+
+function instantiate(ref: PluginRef, imported: Record<string, unknown>): DsecPlugin {
+  const invalid = (message: string) => new DsecError('DSEC_PLUGIN_INVALID', { name: ref.name, message });
+  // A CommonJS module imported from ESM puts module.exports on `default`, and
+  // tsx may wrap an ESM default once more.
+  let exported = imported.default;
+  if (exported && typeof exported === 'object' && !isPlugin(exported) && 'default' in exported) {
+    exported = (exported as { default: unknown }).default;
+  }
+  if (exported === undefined) throw invalid('the module has no default export');
+
+  const options = ref.options ?? {};
+  let plugin: unknown = exported;
+  if (typeof exported === 'function') {
+    try {
+      plugin = (exported as (options: Record<string, unknown>) => unknown)({ ...options });
+    } catch (error) {
+      if (error instanceof DsecError) throw error;
+      throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: ref.name, message: (error as Error).message }, { cause: error });
+    }
+  } else if (Object.keys(options).length > 0) {
+    throw invalid('it exports a plugin object, which takes no options; export a factory `(options) => plugin` to accept them');
+  }
+  if (!isPlugin(plugin)) {
+    throw invalid('expected the default export to be `{ name: string, apply(dsec) }` or a factory returning one');
+  }
+  return plugin;
+}
+
+function isPlugin(value: unknown): value is DsecPlugin {
+  if (!value || typeof value !== 'object') return false;
+  const candidate = value as Partial<DsecPlugin>;
+  return typeof candidate.name === 'string' && candidate.name.length > 0 && typeof candidate.apply === 'function';
+}

@@ -1,0 +1,179 @@
+/**
+ * The OCI bundle's config.json for one sandbox, as a pure function of what
+ * the sandbox asks for. Nothing here touches the machine, so every isolation
+ * setting can be read (and unit-tested) in one place.
+ */
+import { SECCOMP_PROFILE } from './seccomp.js';
+
+/**
+ * The sandbox's PID 1. ash's `wait` reaps orphans re-parented to it, and a
+ * TERM ends it cleanly; the sleep is only there so the loop does not spin.
+ */
+export const SANDBOX_INIT = Object.freeze([
+  '/bin/sh',
+  '-c',
+  "trap 'exit 0' TERM; while :; do sleep 2147483647 & wait; done",
+]);
+
+export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * Capabilities a sandbox's root keeps: the set container engines built on
+ * runc (containerd, Docker) give by default, minus NET_RAW (no network to
+ * speak of, and raw sockets are a classic attack surface). No SYS_ADMIN,
+ * SYS_PTRACE, SYS_MODULE, NET_ADMIN, DAC_READ_SEARCH...
+ */
+export const SANDBOX_CAPABILITIES = Object.freeze([
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FSETID',
+  'CAP_FOWNER',
+  'CAP_MKNOD',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETFCAP',
+  'CAP_SETPCAP',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SYS_CHROOT',
+  'CAP_KILL',
+  'CAP_AUDIT_WRITE',
+]);
+
+/** /proc and /sys entries a sandbox must not read (kpage* crashed a kernel under a recursive grep). */
+export const MASKED_PATHS = Object.freeze([
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/sys/firmware',
+  '/proc/kpagecgroup',
+  '/proc/kpageflags',
+  '/proc/kpagecount',
+]);
+
+export const READONLY_PATHS = Object.freeze(['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger']);
+
+export const CPU_PERIOD_US = 100_000;
+const MIB = 1024 * 1024;
+
+export interface BundleUser {
+  readonly uid: number;
+  readonly gid: number;
+  readonly additionalGids?: readonly number[];
+}
+
+export interface BundleInput {
+  /** Becomes the hostname. */
+  readonly sandboxId: string;
+  /** Absolute path of the mounted root filesystem. */
+  readonly rootfs: string;
+  readonly env: Readonly<Record<string, string>>;
+  readonly workdir: string;
+  readonly user: BundleUser;
+  readonly resources: { readonly cpu: number; readonly memoryMiB: number; readonly pids: number };
+  readonly qos: 'best-effort' | 'latency-sensitive';
+  /** e.g. `/dsec/<container id>`. */
+  readonly cgroupsPath: string;
+  /** @default 65536 */
+  readonly maxOpenFiles?: number;
+}
+
+/** The cgroup limits for a sandbox's resources, in the OCI `linux.resources` shape. */
+export function linuxResources(resources: BundleInput['resources'], qos: BundleInput['qos']) {
+  const memoryBytes = Math.round(resources.memoryMiB * MIB);
+  return {
+    devices: [{ allow: false, access: 'rwm' }],
+    // swap == limit: memory.memsw caps memory + swap together, so no swap at all.
+    memory: { limit: memoryBytes, swap: memoryBytes },
+    pids: { limit: resources.pids },
+    cpu: {
+      quota: Math.max(1000, Math.round(resources.cpu * CPU_PERIOD_US)),
+      period: CPU_PERIOD_US,
+      shares: cpuShares(resources.cpu, qos),
+    },
+  };
+}
+
+/** Best-effort sandboxes get an eighth of the weight, so they yield under contention. */
+export function cpuShares(cpu: number, qos: BundleInput['qos']): number {
+  const perCore = qos === 'latency-sensitive' ? 1024 : 128;
+  return Math.max(2, Math.round(cpu * perCore));
+}
+
+/** `KEY=value` lines with a PATH default; sorted so the same spec gives the same bytes. */
+export function envList(env: Readonly<Record<string, string>>): string[] {
+  const merged: Record<string, string> = { PATH: DEFAULT_PATH, ...env };
+  return Object.keys(merged)
+    .sort()
+    .map((key) => `${key}=${merged[key]}`);
+}
+
+export function bundleConfig(input: BundleInput) {
+  const isRoot = input.user.uid === 0;
+  const capabilities = [...SANDBOX_CAPABILITIES];
+  return {
+    ociVersion: '1.0.2-dev',
+    process: {
+      terminal: false,
+      user: {
+        uid: input.user.uid,
+        gid: input.user.gid,
+        ...(input.user.additionalGids?.length ? { additionalGids: [...input.user.additionalGids] } : {}),
+      },
+      args: [...SANDBOX_INIT],
+      env: envList(input.env),
+      cwd: input.workdir,
+      // A non-root user keeps the bounding set only (as with any setuid-free
+      // login); inheritable and ambient stay empty (CVE-2022-24769).
+      capabilities: {
+        bounding: capabilities,
+        effective: isRoot ? capabilities : [],
+        permitted: isRoot ? capabilities : [],
+        inheritable: [],
+        ambient: [],
+      },
+      rlimits: [{ type: 'RLIMIT_NOFILE', hard: input.maxOpenFiles ?? 65536, soft: input.maxOpenFiles ?? 65536 }],
+      noNewPrivileges: true,
+    },
+    root: { path: input.rootfs, readonly: false },
+    hostname: input.sandboxId,
+    mounts: [
+      { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+      { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+      {
+        destination: '/dev/pts',
+        type: 'devpts',
+        source: 'devpts',
+        options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'],
+      },
+      { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+      { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+      { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      // The sandbox's own cgroup, read-only (cgroup namespace): lets tools see their limits.
+      { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+    ],
+    linux: {
+      resources: linuxResources(input.resources, input.qos),
+      cgroupsPath: input.cgroupsPath,
+      namespaces: [
+        { type: 'pid' },
+        // A fresh network namespace holds only a loopback interface.
+        { type: 'network' },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+        { type: 'cgroup' },
+      ],
+      seccomp: SECCOMP_PROFILE,
+      maskedPaths: [...MASKED_PATHS],
+      readonlyPaths: [...READONLY_PATHS],
+    },
+  };
+}
+
+export type BundleConfig = ReturnType<typeof bundleConfig>;

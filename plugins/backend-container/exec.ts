@@ -1,0 +1,190 @@
+/**
+ * Running one command in a sandbox with `runc exec`, with its output capped
+ * and its run time bounded.
+ *
+ * Pipes are safe here (unlike for `runc run`): runc exec exits when the
+ * exec'd process exits. But a process the command put in the background can
+ * keep the pipes open for ever, so the result is settled on runc's exit plus
+ * a short drain, and the pipes are then closed on our side.
+ */
+import { spawn } from 'node:child_process';
+import { readdir, readFile, rm } from 'node:fs/promises';
+import { constants as osConstants } from 'node:os';
+import type { ExecRequest, ExecResult } from '../../core/plugin-api.js';
+import type { Runtime } from './runtime.js';
+
+export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+export const DEFAULT_OUTPUT_CAP_BYTES = 1024 * 1024;
+/** How long output may still arrive after runc exited before the pipes are cut. */
+const DRAIN_MS = 100;
+/** After a timeout kill, how long runc gets to notice before it is killed too. */
+const RUNTIME_KILL_GRACE_MS = 5_000;
+
+export interface ExecOptions {
+  readonly containerId: string;
+  /** Where runc writes the exec'd process's host pid (needed to kill it on timeout). */
+  readonly pidFile: string;
+  readonly request: ExecRequest;
+  readonly defaultOutputCapBytes?: number;
+}
+
+/** Collects up to `cap` bytes; reads and drops the rest. */
+class CappedBuffer {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  constructor(private readonly cap: number) {}
+
+  push(chunk: Buffer): void {
+    const room = this.cap - this.size;
+    if (chunk.length > room) this.truncated = true;
+    if (room <= 0) return;
+    const kept = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    this.chunks.push(kept);
+    this.size += kept.length;
+  }
+
+  text(): string {
+    return Buffer.concat(this.chunks).toString('utf8');
+  }
+}
+
+export function execArgs(options: ExecOptions): string[] {
+  const { request } = options;
+  const envFlags = Object.entries(request.env ?? {}).flatMap(([key, value]) => ['--env', `${key}=${value}`]);
+  const cwdFlags = request.workdir ? ['--cwd', request.workdir] : [];
+  return ['exec', '--pid-file', options.pidFile, ...envFlags, ...cwdFlags, options.containerId, ...request.cmd];
+}
+
+export function execInContainer(runtime: Runtime, options: ExecOptions): Promise<ExecResult> {
+  const { request } = options;
+  const cap = request.maxOutputBytes ?? options.defaultOutputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
+  const timeoutMs = request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+  const started = performance.now();
+  const stdout = new CappedBuffer(cap);
+  const stderr = new CappedBuffer(cap);
+  const hasStdin = request.stdin !== undefined;
+
+  return new Promise<ExecResult>((resolve, reject) => {
+    const child = spawn(runtime.path, execArgs(options), { stdio: [hasStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+    let timedOut = false;
+    let settled = false;
+    let runtimeKillTimer: NodeJS.Timeout | undefined;
+
+    child.stdout!.on('data', (chunk: Buffer) => stdout.push(chunk));
+    child.stderr!.on('data', (chunk: Buffer) => stderr.push(chunk));
+    if (hasStdin) {
+      child.stdin!.on('error', () => {}); // the command may exit without reading its input
+      child.stdin!.end(request.stdin);
+    }
+
+    const timer = setTimeout(() => {
+      timedOut = true;
+      void killExecTree(options.pidFile).then((killed) => {
+        // No pid yet (runc still starting the process) or runc not noticing: kill runc itself.
+        if (!killed) child.kill('SIGKILL');
+        runtimeKillTimer = setTimeout(() => child.kill('SIGKILL'), RUNTIME_KILL_GRACE_MS);
+      });
+    }, timeoutMs);
+
+    child.on('error', (error) => {
+      clearTimeout(timer);
+      if (!settled) {
+        settled = true;
+        reject(error);
+      }
+    });
+
+    child.on('exit', (code, runtimeSignal) => {
+      clearTimeout(timer);
+      clearTimeout(runtimeKillTimer);
+      const finish = () => {
+        if (settled) return;
+        settled = true;
+        child.stdout!.destroy();
+        child.stderr!.destroy();
+        void rm(options.pidFile, { force: true });
+        resolve({
+          ...exitStatus(code, runtimeSignal, timedOut),
+          stdout: stdout.text(),
+          stderr: stderr.text(),
+          truncated: stdout.truncated || stderr.truncated,
+          timedOut,
+          durationMs: Math.round(performance.now() - started),
+        });
+      };
+      const drain = setTimeout(finish, DRAIN_MS);
+      child.on('close', () => {
+        clearTimeout(drain);
+        finish();
+      });
+    });
+  });
+}
+
+/**
+ * runc reports a process killed by signal N as exit status 128+N, the shell
+ * convention; `signal` is filled from it (so an `exit 137` also reads SIGKILL).
+ */
+export function exitStatus(code: number | null, runtimeSignal: NodeJS.Signals | null, timedOut: boolean) {
+  if (timedOut) return { exitCode: code, signal: 'SIGKILL' };
+  if (runtimeSignal) return { exitCode: null, signal: runtimeSignal as string };
+  if (code !== null && code > 128 && code <= 128 + 64) {
+    const name = Object.entries(osConstants.signals).find(([, number]) => number === code - 128)?.[0];
+    return { exitCode: code, signal: name ?? null };
+  }
+  return { exitCode: code, signal: null };
+}
+
+/**
+ * SIGKILL the exec'd process and everything it started. runc cannot forward
+ * SIGKILL, so this works on host pids: stop the whole tree first (so nothing
+ * forks away while we look), then kill it. Returns false if there was no pid yet.
+ */
+async function killExecTree(pidFile: string): Promise<boolean> {
+  const pid = Number.parseInt(await readFile(pidFile, 'utf8').catch(() => ''), 10);
+  if (!Number.isInteger(pid) || pid <= 1) return false;
+  let tree = new Set<number>([pid]);
+  for (let round = 0; round < 5; round++) {
+    for (const member of tree) signal(member, 'SIGSTOP');
+    const grown = await descendants(pid);
+    if (grown.size === tree.size) break;
+    tree = grown;
+  }
+  for (const member of tree) signal(member, 'SIGKILL');
+  return true;
+}
+
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch {
+    // already gone
+  }
+}
+
+/** `root` and every process below it, from the parent pids in /proc. */
+async function descendants(root: number): Promise<Set<number>> {
+  const children = new Map<number, number[]>();
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    // The command name (field 2) may hold spaces and parens: parse after the last ')'.
+    const ppid = Number.parseInt(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1] ?? '', 10);
+    if (!Number.isInteger(ppid)) continue;
+    const list = children.get(ppid) ?? [];
+    list.push(Number(entry));
+    children.set(ppid, list);
+  }
+  const found = new Set<number>([root]);
+  const queue = [root];
+  while (queue.length > 0) {
+    for (const child of children.get(queue.pop()!) ?? []) {
+      if (!found.has(child)) {
+        found.add(child);
+        queue.push(child);
+      }
+    }
+  }
+  return found;
+}

@@ -1,0 +1,233 @@
+/**
+ * The container backend: each sandbox is an OCI container run by runc, whose
+ * root filesystem is an overlay of the sandbox's read-only layers and a
+ * private writable upper dir in the sandbox's folder.
+ *
+ *   provision  upper/ work/ rootfs/ -> overlay mount -> config.json -> runc run --detach
+ *   exec       runc exec, output capped, killed on timeout
+ *   update     runc update (memory, swap, pids, cpu)
+ *   probe      runc state
+ *   destroy    runc kill + delete, unmount, sweep cgroups (idempotent)
+ *
+ * It imports only the public plugin API, like any third-party backend.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { lstat, mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import {
+  DsecError,
+  STAGE,
+  type BackendProbe,
+  type Dsec,
+  type DsecPlugin,
+  type ExecRequest,
+  type ExecResult,
+  type Resources,
+  type SandboxContext,
+} from '../../core/plugin-api.js';
+import { bundleConfig, cpuShares, CPU_PERIOD_US } from './bundle.js';
+import { removeCgroupDirs } from './cgroups.js';
+import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
+import { mountOverlay, unmountAll } from './rootfs.js';
+import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
+import { resolveUser } from './users.js';
+
+export const PLUGIN_NAME = 'backend-container';
+/** The backend kind this plugin provisions (`backend: container` in a fleet). */
+export const BACKEND_KIND = 'container';
+
+export interface BackendContainerOptions {
+  /** The OCI runtime. Only runc is tested; crun takes the same commands. @default 'runc' */
+  readonly runtime?: RuntimeName;
+  /** Absolute path of the runtime binary. @default looked up on PATH */
+  readonly runtimePath?: string;
+  /** Per-stream output cap of exec when the request gives none. @default 1 MiB */
+  readonly defaultOutputCapBytes?: number;
+}
+
+/** What this plugin keeps in `sandbox.backend` (persisted by the agent). */
+export interface ContainerRecord {
+  /** The agent reports it as SandboxInfo.handle: the container id. */
+  readonly handle: string;
+  readonly runtime: RuntimeName;
+  readonly containerId: string;
+  readonly cgroupsPath: string;
+  readonly initPid?: number;
+}
+
+/**
+ * The runtime's container id: unique per agent root, so several agents (one
+ * per project) on a machine never collide, and `runc list` shows whose it is.
+ */
+export function containerId(agentRoot: string, sandboxId: string): string {
+  const rootHash = createHash('sha256').update(path.resolve(agentRoot)).digest('hex').slice(0, 8);
+  return `dsec-${rootHash}-${sandboxId}`;
+}
+
+export function cgroupsPathOf(containerIdValue: string): string {
+  return `/dsec/${containerIdValue}`;
+}
+
+export function sandboxPaths(dir: string) {
+  return {
+    upper: path.join(dir, 'upper'),
+    work: path.join(dir, 'work'),
+    rootfs: path.join(dir, 'rootfs'),
+    config: path.join(dir, 'config.json'),
+    initLog: path.join(dir, 'init.log'),
+  };
+}
+
+export default function backendContainer(options: BackendContainerOptions = {}): DsecPlugin {
+  validateOptions(options);
+  const runtimeName = options.runtime ?? 'runc';
+  let runtime: Runtime | undefined;
+  // Looked up on first use, so an agent without runc still starts (and says why a container cannot).
+  const getRuntime = () => (runtime ??= findRuntime(runtimeName, options.runtimePath));
+
+  return {
+    name: PLUGIN_NAME,
+    apply(dsec: Dsec) {
+      const tap = { name: PLUGIN_NAME, stage: STAGE.BACKEND };
+      dsec.hooks.provision.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('provision', sandbox, () => provision(getRuntime(), sandbox)),
+      );
+      dsec.hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
+        failAs('exec', sandbox, () => exec(getRuntime(), sandbox, request, options.defaultOutputCapBytes)),
+      );
+      dsec.hooks.update.for(BACKEND_KIND).tapPromise(tap, (sandbox, resources) =>
+        failAs('update', sandbox, () => update(getRuntime(), sandbox, resources)),
+      );
+      dsec.hooks.probe.for(BACKEND_KIND).tapPromise(tap, (sandbox) => failAs('probe', sandbox, () => probe(getRuntime(), sandbox)));
+      dsec.hooks.destroy.tapPromise(tap, async (sandbox) => {
+        if (sandbox.spec.backend !== BACKEND_KIND) return;
+        await failAs('destroy', sandbox, () => destroy(getRuntime(), sandbox));
+      });
+    },
+  };
+}
+
+async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<true> {
+  const paths = sandboxPaths(sandbox.dir);
+  const cid = containerId(sandbox.node.root, sandbox.spec.id);
+  const record: ContainerRecord = { handle: cid, runtime: runtime.name, containerId: cid, cgroupsPath: cgroupsPathOf(cid) };
+  sandbox.backend = { ...record };
+
+  await Promise.all([mkdir(paths.upper, { recursive: true }), mkdir(paths.work, { recursive: true }), mkdir(paths.rootfs, { recursive: true })]);
+  await mountOverlay({ lowerDirs: sandbox.lowerDirs, upperDir: paths.upper, workDir: paths.work, target: paths.rootfs });
+
+  const shell = await lstat(path.join(paths.rootfs, 'bin/sh')).catch(() => undefined);
+  if (!shell) throw new Error('the layers have no /bin/sh, which the sandbox init runs; the base layer must provide one');
+
+  const config = bundleConfig({
+    sandboxId: sandbox.spec.id,
+    rootfs: paths.rootfs,
+    env: sandbox.spec.env,
+    workdir: sandbox.spec.workdir || '/',
+    user: await resolveUser(paths.rootfs, sandbox.spec.user),
+    resources: sandbox.spec.resources,
+    qos: sandbox.spec.qos,
+    cgroupsPath: record.cgroupsPath,
+    maxOpenFiles: await openFilesLimit(),
+  });
+  await writeFile(paths.config, JSON.stringify(config, null, 2), { mode: 0o600 });
+
+  await startDetached(runtime, ['run', '--detach', '--bundle', sandbox.dir, cid], paths.initLog);
+  const state = await containerState(runtime, cid);
+  sandbox.backend = { ...record, initPid: state?.pid };
+  return true;
+}
+
+async function exec(runtime: Runtime, sandbox: SandboxContext, request: ExecRequest, defaultCap?: number): Promise<ExecResult> {
+  return execInContainer(runtime, {
+    containerId: containerIdOf(sandbox),
+    pidFile: path.join(sandbox.dir, `exec-${randomBytes(6).toString('hex')}.pid`),
+    request,
+    defaultOutputCapBytes: defaultCap ?? DEFAULT_OUTPUT_CAP_BYTES,
+  });
+}
+
+async function update(runtime: Runtime, sandbox: SandboxContext, resources: Resources): Promise<true> {
+  const memory = String(Math.round(resources.memoryMiB * 1024 * 1024));
+  await runRuntimeOk(runtime, [
+    'update',
+    '--memory', memory,
+    '--memory-swap', memory,
+    '--pids-limit', String(resources.pids),
+    '--cpu-period', String(CPU_PERIOD_US),
+    '--cpu-quota', String(Math.max(1000, Math.round(resources.cpu * CPU_PERIOD_US))),
+    '--cpu-share', String(cpuShares(resources.cpu, sandbox.spec.qos)),
+    containerIdOf(sandbox),
+  ]);
+  return true;
+}
+
+async function probe(runtime: Runtime, sandbox: SandboxContext): Promise<BackendProbe> {
+  const state = await containerState(runtime, containerIdOf(sandbox));
+  if (state?.status === 'running') return 'running';
+  if (state?.status === 'paused') return 'paused';
+  return 'stopped';
+}
+
+/** Tolerates every half-made state: no container, no mount, no cgroup. */
+async function destroy(runtime: Runtime, sandbox: SandboxContext): Promise<void> {
+  const cid = containerIdOf(sandbox);
+  await runRuntime(runtime, ['kill', cid, 'KILL']); // fails harmlessly when not running or missing
+  const deleted = await runRuntime(runtime, ['delete', '--force', cid]);
+  if (deleted.code !== 0 && !/does not exist|not exist/.test(deleted.stderr)) {
+    throw new Error(`runc delete: ${deleted.stderr.trim()}`);
+  }
+  await unmountAll(sandboxPaths(sandbox.dir).rootfs);
+  await removeCgroupDirs(cgroupsPathOf(cid));
+}
+
+/**
+ * 65536 open files, or the agent's own hard limit if lower: raising a limit
+ * needs CAP_SYS_RESOURCE, which the agent may lack (it does in some CI sandboxes).
+ */
+async function openFilesLimit(): Promise<number> {
+  const limits = await readFile('/proc/self/limits', 'utf8').catch(() => '');
+  const hard = /^Max open files\s+\S+\s+(\d+|unlimited)/m.exec(limits)?.[1];
+  const ceiling = hard === undefined || hard === 'unlimited' ? Infinity : Number(hard);
+  return Math.min(65536, ceiling);
+}
+
+async function containerState(runtime: Runtime, cid: string): Promise<{ status: string; pid: number } | undefined> {
+  const result = await runRuntime(runtime, ['state', cid]);
+  if (result.code !== 0) return undefined; // "container does not exist"
+  return JSON.parse(result.stdout) as { status: string; pid: number };
+}
+
+/** The record's id when provision got that far; else the same derivation (a crash mid-provision). */
+function containerIdOf(sandbox: SandboxContext): string {
+  const recorded = sandbox.backend.containerId;
+  return typeof recorded === 'string' ? recorded : containerId(sandbox.node.root, sandbox.spec.id);
+}
+
+async function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    if (error instanceof DsecError) throw error;
+    throw new DsecError(
+      'DSEC_BACKEND_FAILED',
+      { backend: BACKEND_KIND, operation, id: sandbox.spec.id, message: (error as Error).message },
+      { cause: error },
+    );
+  }
+}
+
+function validateOptions(options: BackendContainerOptions): void {
+  const problems: string[] = [];
+  const known = new Set(['runtime', 'runtimePath', 'defaultOutputCapBytes']);
+  for (const key of Object.keys(options)) if (!known.has(key)) problems.push(`unknown option ${key}`);
+  if (options.runtime !== undefined && options.runtime !== 'runc' && options.runtime !== 'crun') {
+    problems.push(`runtime must be "runc" or "crun", not ${JSON.stringify(options.runtime)}`);
+  }
+  if (options.runtimePath !== undefined && (typeof options.runtimePath !== 'string' || !path.isAbsolute(options.runtimePath))) {
+    problems.push('runtimePath must be an absolute path');
+  }
+  const cap = options.defaultOutputCapBytes;
+  if (cap !== undefined && (!Number.isInteger(cap) || cap < 0)) problems.push('defaultOutputCapBytes must be a whole number >= 0');
+  if (problems.length > 0) throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
+}

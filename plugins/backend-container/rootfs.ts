@@ -1,0 +1,98 @@
+/**
+ * The sandbox's root filesystem: an overlay of the read-only layer trees with
+ * a private writable upper dir, mounted with mount(8) and taken down with
+ * umount(8). Mount state is read from /proc/self/mountinfo, never guessed.
+ */
+import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+
+const execFileAsync = promisify(execFile);
+
+/** The kernel takes at most a page of mount options. */
+const MAX_MOUNT_OPTIONS = 4000;
+
+export interface OverlayDirs {
+  /** Bottom to top, as the storage plugin sets `sandbox.lowerDirs`. */
+  readonly lowerDirs: readonly string[];
+  readonly upperDir: string;
+  readonly workDir: string;
+  readonly target: string;
+}
+
+/** overlayfs wants the top layer first; `lowerDirs` come bottom to top. */
+export function overlayOptions(dirs: OverlayDirs): string {
+  const all = [...dirs.lowerDirs, dirs.upperDir, dirs.workDir];
+  const bad = all.find((dir) => /[,:\n]/.test(dir) || !dir.startsWith('/'));
+  if (bad !== undefined) throw new Error(`overlay directory ${JSON.stringify(bad)} must be absolute and free of ',' and ':'`);
+  if (dirs.lowerDirs.length === 0) throw new Error('no layers were resolved for the sandbox (is a storage plugin loaded?)');
+  const options = `lowerdir=${[...dirs.lowerDirs].reverse().join(':')},upperdir=${dirs.upperDir},workdir=${dirs.workDir}`;
+  if (options.length > MAX_MOUNT_OPTIONS) {
+    throw new Error(`the overlay mount options are ${options.length} bytes, over the kernel's limit of ${MAX_MOUNT_OPTIONS}: too many or too deep layer paths`);
+  }
+  return options;
+}
+
+export async function mountOverlay(dirs: OverlayDirs): Promise<void> {
+  const options = overlayOptions(dirs);
+  try {
+    await execFileAsync('mount', ['-t', 'overlay', 'overlay', '-o', options, dirs.target]);
+  } catch (error) {
+    throw new Error(`mount overlay on ${dirs.target}: ${commandMessage(error)}`);
+  }
+}
+
+/** Mount points at or under `dir`, deepest first (the order to unmount them in). */
+export async function mountPointsUnder(dir: string): Promise<string[]> {
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
+  const points = text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => unescapeMountPath(line.split(' ')[4] ?? ''))
+    .filter((point) => point === dir || point.startsWith(prefix));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
+}
+
+export async function isMounted(target: string): Promise<boolean> {
+  return (await mountPointsUnder(target)).includes(target);
+}
+
+/**
+ * Unmount everything at and under `target`. Retries while busy (a process
+ * that was just killed may still hold it), then detaches lazily as the last
+ * resort so the sandbox can still be removed.
+ */
+export async function unmountAll(target: string, options: { attempts?: number; delayMs?: number } = {}): Promise<void> {
+  const attempts = options.attempts ?? 10;
+  const delayMs = options.delayMs ?? 50;
+  for (let attempt = 1; ; attempt++) {
+    const points = await mountPointsUnder(target);
+    if (points.length === 0) return;
+    let lastError: unknown;
+    for (const point of points) {
+      try {
+        await execFileAsync('umount', attempt < attempts ? [point] : ['-l', point]);
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    if (lastError === undefined) continue;
+    if (attempt >= attempts) {
+      const left = await mountPointsUnder(target);
+      if (left.length === 0) return;
+      throw new Error(`umount ${left.join(', ')}: ${commandMessage(lastError)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, delayMs * attempt));
+  }
+}
+
+/** mountinfo escapes space, tab, newline and backslash as octal. */
+function unescapeMountPath(text: string): string {
+  return text.replace(/\\([0-7]{3})/g, (_whole, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+}
+
+function commandMessage(error: unknown): string {
+  const withStderr = error as { stderr?: string; message?: string };
+  return (withStderr.stderr || withStderr.message || String(error)).trim();
+}

@@ -1,0 +1,103 @@
+/**
+ * The `local` provider: one node agent on this machine, rooted at
+ * `<stateDir>/agent`, reached over its Unix socket. The agent is started on
+ * first use when it is not running, and never stopped by the provider:
+ * sandboxes outlive the CLI.
+ */
+import path from 'node:path';
+import { AgentClient, isUnreachable, neverDelivered } from '../../core/agent/client.js';
+import { startAgentDaemon } from '../../core/agent/daemon.js';
+import { agentPaths } from '../../core/agent/layout.js';
+import type { ExecRequest, ExecResult, LayerRecord, LiveView, NodeInfo, SandboxInfo, SandboxSpec } from '../../core/live.js';
+import type { LayerModel, PluginRef, Resources } from '../../core/model.js';
+import type { Provider } from '../../core/provider.js';
+
+export interface LocalProviderOptions {
+  /** The project's state folder; the agent lives in `<stateDir>/agent`. */
+  readonly stateDir: string;
+  /** Where the config's plugin paths and package names resolve from (the config's folder). */
+  readonly baseDir: string;
+  /** The config's plugins, loaded by the agent on top of its built-ins. */
+  readonly plugins?: readonly PluginRef[];
+  /** Start the agent when it is not running. @default true */
+  readonly autoStart?: boolean;
+  /** Load the built-in plugins in an agent this provider starts. @default true */
+  readonly builtins?: boolean;
+}
+
+export function agentRootOf(stateDir: string): string {
+  return path.join(path.resolve(stateDir), 'agent');
+}
+
+export interface LocalProvider extends Provider {
+  /** The agent client the provider uses (for calls the Provider interface has no word for). */
+  readonly client: AgentClient;
+  /** The agent's root folder. */
+  readonly root: string;
+  /** Make sure the agent answers, starting it if allowed. Cheap once it did. */
+  ensureAgent(): Promise<void>;
+}
+
+export function createLocalProvider(options: LocalProviderOptions): LocalProvider {
+  const root = agentRootOf(options.stateDir);
+  const client = new AgentClient(agentPaths(root).socket);
+  let ready: Promise<void> | undefined;
+
+  /** Make sure an agent answers; start one (once, however many calls race here) if allowed. */
+  const ensureAgent = (): Promise<void> => {
+    ready ??= (async () => {
+      try {
+        await client.health({ timeoutMs: 5_000 });
+      } catch (error) {
+        if (!isUnreachable(error) || options.autoStart === false) throw error;
+        await startAgentDaemon({ root, plugins: options.plugins, baseDir: options.baseDir, builtins: options.builtins });
+      }
+    })();
+    // A failed start may be retried by the next call.
+    ready.catch(() => (ready = undefined));
+    return ready;
+  };
+
+  /**
+   * Run a call against the agent; if it went away since (stopped, crashed)
+   * and the request never reached it, start it again and send once more.
+   */
+  const call = async <T>(work: () => Promise<T>): Promise<T> => {
+    await ensureAgent();
+    try {
+      return await work();
+    } catch (error) {
+      if (!neverDelivered(error) || options.autoStart === false) throw error;
+      ready = undefined;
+      await ensureAgent();
+      return work();
+    }
+  };
+
+  return {
+    name: 'local',
+    client,
+    root,
+    ensureAgent,
+    async refresh(): Promise<LiveView> {
+      return call(async () => {
+        const [node, layers, sandboxes] = await Promise.all([client.node(), client.listLayers(), client.listSandboxes()]);
+        return { nodes: [node], layers, sandboxes };
+      });
+    },
+    digestLayer: (layer: LayerModel): Promise<string> => call(() => client.digestLayer(layer)),
+    publishLayer: (layer: LayerModel): Promise<LayerRecord> => call(() => client.publishLayer(layer)),
+    unpublishLayer: (name: string, version: string): Promise<void> => call(() => client.unpublishLayer(name, version)),
+    createSandbox: (spec: SandboxSpec): Promise<SandboxInfo> => call(() => client.createSandbox(spec)),
+    updateSandbox: (id: string, resources: Resources): Promise<SandboxInfo> => call(() => client.updateSandbox(id, resources)),
+    destroySandbox: async (id: string): Promise<void> => {
+      await call(() => client.destroySandbox(id));
+    },
+    exec: (id: string, request: ExecRequest): Promise<ExecResult> => call(() => client.exec(id, request)),
+    listSandboxes: (labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> => call(() => client.listSandboxes(labels)),
+    nodes: async (): Promise<NodeInfo[]> => [await call(() => client.node())],
+    async close(): Promise<void> {
+      client.close();
+    },
+  };
+}

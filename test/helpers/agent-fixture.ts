@@ -1,0 +1,207 @@
+/**
+ * A real node agent daemon (the compiled dist/: run `npm run build` first) in
+ * a temp root, with a busybox base layer ready to use, and a `dispose` that
+ * leaves nothing behind even when the test failed half-way: it destroys the
+ * agent's sandboxes, stops it, then sweeps whatever is left (runc containers
+ * of this root, mounts under the temp folder, cgroup dirs) and removes the folder.
+ *
+ * The base layer comes from the real storage-local plugin when it is built;
+ * else from a hand-made busybox tree served by a tiny test plugin.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { readdir, rmdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AgentClient } from '../../core/agent/client.js';
+import { agentStatus, startAgentDaemon, stopAgent } from '../../core/agent/daemon.js';
+import { agentPaths } from '../../core/agent/layout.js';
+import type { LayerRef } from '../../core/live.js';
+import type { PluginRef } from '../../core/model.js';
+import { containerId } from '../../plugins/backend-container/index.js';
+import { cgroupMountPoints } from '../../plugins/backend-container/cgroups.js';
+import { buildBusyboxTree, BUSYBOX } from './busybox-tree.js';
+
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const FIXED_LAYERS_PLUGIN = path.join(REPO, 'test/helpers/fixed-layers-plugin.mjs');
+const STORAGE_LOCAL_BUILT = path.join(REPO, 'dist/plugins/storage-local/index.js');
+
+export interface TestAgentOptions {
+  /** Extra plugins (loaded after the container backend and the layer source). */
+  readonly plugins?: readonly PluginRef[];
+  /** Use the storage-local plugin (default: when it is built) or the hand-made tree. */
+  readonly storage?: 'storage-local' | 'fixed';
+  /** Options for backend-container. */
+  readonly backendOptions?: Record<string, unknown>;
+}
+
+export class TestAgent {
+  readonly client: AgentClient;
+  baseLayer!: LayerRef;
+  private fixedLayers: Record<string, string> = {};
+
+  private constructor(
+    readonly tmp: string,
+    readonly root: string,
+    private readonly plugins: PluginRef[],
+  ) {
+    this.client = new AgentClient(agentPaths(root).socket);
+  }
+
+  get socket(): string {
+    return agentPaths(this.root).socket;
+  }
+
+  /** The runc container id of a sandbox of this agent. */
+  containerId(sandboxId: string): string {
+    return containerId(this.root, sandboxId);
+  }
+
+  static async start(options: TestAgentOptions = {}): Promise<TestAgent> {
+    // realpath: /tmp may be a symlink, and mount points are reported resolved.
+    const tmp = realpathSync(mkdtempSync(path.join(tmpdir(), 'dsec-agent-')));
+    const root = path.join(tmp, 'agent');
+    const storage = options.storage ?? (existsSync(STORAGE_LOCAL_BUILT) ? 'storage-local' : 'fixed');
+    const plugins: PluginRef[] = [{ name: 'backend-container', options: options.backendOptions ?? {} }];
+    let fixedLayers: Record<string, string> = {};
+    if (storage === 'storage-local') plugins.unshift({ name: 'storage-local', options: {} });
+    else {
+      fixedLayers = { 'busybox@1.0.0': buildBusyboxTree(path.join(tmp, 'layers/busybox')) };
+      plugins.unshift({ name: FIXED_LAYERS_PLUGIN, options: { layers: fixedLayers } });
+    }
+    plugins.push(...(options.plugins ?? []));
+    const agent = new TestAgent(tmp, root, plugins);
+    agent.fixedLayers = fixedLayers;
+    try {
+      await agent.startDaemon();
+      agent.baseLayer =
+        storage === 'storage-local'
+          ? await agent.client.publishLayer({
+              ref: 'busybox@1.0.0',
+              name: 'busybox',
+              version: '1.0.0',
+              kind: 'base',
+              source: { type: 'busybox', path: BUSYBOX },
+            })
+          : { name: 'busybox', version: '1.0.0', digest: 'sha256:test-fixed-layer' };
+    } catch (error) {
+      await agent.dispose();
+      throw error;
+    }
+    return agent;
+  }
+
+  /** The layer folders the fixed-layers plugin serves (empty with storage-local). */
+  get layerDirs(): Readonly<Record<string, string>> {
+    return this.fixedLayers;
+  }
+
+  async startDaemon(): Promise<{ pid: number }> {
+    return startAgentDaemon({ root: this.root, plugins: this.plugins, baseDir: REPO, builtins: false, timeoutMs: 20_000 });
+  }
+
+  async pid(): Promise<number | null> {
+    return (await agentStatus(this.root)).pid;
+  }
+
+  /** SIGKILL the agent process (its sandboxes keep running), and wait until it is gone. */
+  async kill(): Promise<void> {
+    const pid = Number.parseInt(readFileSync(agentPaths(this.root).pidFile, 'utf8'), 10);
+    process.kill(pid, 'SIGKILL');
+    for (let i = 0; i < 200 && isAlive(pid); i++) await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+
+  async stop(): Promise<void> {
+    await stopAgent(this.root);
+  }
+
+  logText(): string {
+    try {
+      return readFileSync(agentPaths(this.root).logFile, 'utf8');
+    } catch {
+      return '';
+    }
+  }
+
+  /** Destroy every sandbox, stop the agent, sweep leftovers, remove the temp folder. Never throws. */
+  async dispose(): Promise<void> {
+    const problems: string[] = [];
+    const attempt = async (what: string, work: () => Promise<unknown>) => {
+      try {
+        await work();
+      } catch (error) {
+        problems.push(`${what}: ${(error as Error).message}`);
+      }
+    };
+    await attempt('destroy sandboxes', async () => {
+      if (!(await agentStatus(this.root)).running) return;
+      for (const sandbox of await this.client.listSandboxes()) await this.client.destroySandbox(sandbox.id);
+    });
+    this.client.close();
+    await attempt('stop agent', () => stopAgent(this.root));
+    await attempt('sweep', () => sweep(this.root, this.tmp));
+    await attempt('remove temp', async () => rmSync(this.tmp, { recursive: true, force: true }));
+    if (problems.length > 0) console.warn(`TestAgent.dispose: ${problems.join('; ')}`);
+  }
+}
+
+/** Whatever a crashed test left of this root: containers, mounts, cgroups, a running agent. */
+export async function sweep(root: string, tmp: string): Promise<void> {
+  const prefix = containerId(root, '');
+  for (const id of runcContainers().filter((name) => name.startsWith(prefix))) {
+    try {
+      execFileSync('runc', ['delete', '--force', id], { stdio: 'ignore' });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const mounts = mountPointsUnder(tmp);
+  for (const point of mounts) {
+    try {
+      execFileSync('umount', ['-l', point], { stdio: 'ignore' });
+    } catch {
+      // already unmounted
+    }
+  }
+  for (const mount of await cgroupMountPoints()) {
+    const dsecDir = path.join(mount, 'dsec');
+    for (const name of await readdir(dsecDir).catch(() => [] as string[])) {
+      if (name.startsWith(prefix)) await rmdir(path.join(dsecDir, name)).catch(() => {});
+    }
+  }
+  const pidFile = agentPaths(root).pidFile;
+  if (existsSync(pidFile)) {
+    const pid = Number.parseInt(readFileSync(pidFile, 'utf8'), 10);
+    if (Number.isInteger(pid) && isAlive(pid)) {
+      try {
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        if (cmdline.includes(root)) process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+}
+
+export function runcContainers(): string[] {
+  const output = execFileSync('runc', ['list', '--quiet'], { encoding: 'utf8' });
+  return output.split('\n').filter(Boolean);
+}
+
+export function mountPointsUnder(dir: string): string[] {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' ')[4] ?? '')
+    .filter((point) => point === dir || point.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return !readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.startsWith('Z');
+  } catch {
+    return false;
+  }
+}
