@@ -26,12 +26,14 @@ export const ERRORS = Object.freeze({
   DSEC_PLAN_STALE: 'the saved plan was made against state {planned}, but the state is now {current}',
   DSEC_PLAN_FILE: 'could not read plan file {file}: {message}',
   DSEC_STATE_NO_RESOURCE: 'no resource {address} in the state',
+  DSEC_STATE_NOT_LOCKED: 'no state lock with id {id} to remove ({detail}); nothing was unlocked',
   // layers and storage -------------------------------------------------------
   DSEC_LAYER_IMMUTABLE: 'layer {ref} is already published with digest {existing}; its content now has digest {digest}. Publish a new version.',
   DSEC_LAYER_SOURCE: 'layer {ref}: {message}',
   DSEC_LAYER_UNSAFE_ARCHIVE: 'layer {ref}: archive entry {entry} {problem}',
   DSEC_LAYER_IN_USE: 'layer {ref} is used by sandbox {id}',
   DSEC_LAYER_NOT_FOUND: 'layer {ref} is not published on this node',
+  DSEC_LAYER_CHANGED: 'layer {ref} changed since the plan was made: planned digest {planned}, published {digest}; run plan again',
   DSEC_LAYER_DIGEST_MISMATCH: 'layer {ref} is published on this node with digest {published}, but the sandbox asks for {digest}; plan and apply again',
   DSEC_LAYER_STORE_CORRUPT: 'the layer store is damaged at {path}: {message}',
   // agent and sandboxes ------------------------------------------------------
@@ -49,6 +51,8 @@ export const ERRORS = Object.freeze({
   DSEC_RUNTIME_MISSING: 'no OCI runtime found (looked for {looked}); run scripts/setup.sh',
   // apply -------------------------------------------------------------------
   DSEC_APPLY_PARTIAL: '{failed} of {total} action(s) failed; {succeeded} succeeded and are recorded in the state',
+  DSEC_APPLY_DEPENDENCY: '{address} was not applied because {dependency} failed',
+  DSEC_APPLY_FLEET: '{address}: {failed} of {total} sandbox operation(s) failed{skipped}; first: {first}',
   DSEC_USAGE: '{message}',
 } as const);
 

@@ -1,0 +1,145 @@
+/**
+ * Applying one fleet change: state bookkeeping (adopt, forget), then the
+ * sandbox operations in two phases.
+ *
+ *   1. deletes, creates and updates, all at once (bounded by the shared
+ *      limiter): none of them takes a serving sandbox away that is not
+ *      already going away;
+ *   2. replacements, batch by batch of `maxUnavailable` (delete the old one,
+ *      then create the new one), so at most that many are down at a time.
+ *
+ * Phase 2 runs only if phase 1 fully succeeded, and each batch only if the
+ * one before it did: a spec that fails to start must not take down the rest
+ * of the fleet. What did not run is counted as skipped.
+ */
+import type { Dsec } from '../dsec.js';
+import { DsecError } from '../errors.js';
+import { LABEL_SPEC, type SandboxInfo, type SandboxSpec } from '../live.js';
+import type { Plan, ResourceChange, SandboxOperation, SandboxState } from '../plan.js';
+import type { Provider } from '../provider.js';
+import type { StateSession } from '../state/session.js';
+import type { FleetAttributes } from './fleet-attributes.js';
+import type { Limiter } from './limiter.js';
+import { dropSandboxes, recordSandboxes, removeResource, setFleetAttributes } from './state-records.js';
+
+export interface FleetApplyContext {
+  readonly plan: Plan;
+  readonly provider: Provider;
+  readonly state: StateSession;
+  readonly dsec: Dsec;
+  readonly limit: Limiter;
+  readonly counts: { done: number; failed: number; skipped: number };
+}
+
+const sandboxState = (info: SandboxInfo, spec: SandboxSpec): SandboxState => ({
+  id: info.id,
+  node: info.node,
+  specHash: spec.labels[LABEL_SPEC] ?? '',
+  resources: info.resources,
+  createdAt: info.createdAt,
+});
+
+export async function applyFleetChange(change: ResourceChange, context: FleetApplyContext): Promise<void> {
+  const fleet = change.fleet;
+  if (!fleet) throw new Error(`fleet change ${change.address} has no fleet operations`);
+  const name = change.name;
+  const desired: FleetAttributes | undefined = context.plan.desired.fleets[name];
+  const { state } = context;
+
+  await state.write((current) =>
+    recordSandboxes(dropSandboxes(current, name, fleet.forget ?? []), name, fleet.adopt ?? [], desired),
+  );
+
+  const runOne = (operation: SandboxOperation): Promise<Error | null> =>
+    context.limit(async () => {
+      let error: Error | null = null;
+      try {
+        await execute(operation, name, desired, context);
+        context.counts.done += 1;
+      } catch (thrown) {
+        error = thrown instanceof Error ? thrown : new Error(String(thrown));
+        context.counts.failed += 1;
+      }
+      try {
+        context.dsec.hooks.sandboxOperation.call(name, operation, error);
+      } catch (thrown) {
+        context.dsec.log.warn(`a sandboxOperation tap threw: ${(thrown as Error).message}`);
+      }
+      return error;
+    });
+
+  const errors: Error[] = [];
+  const direct = fleet.operations.filter((operation) => operation.op !== 'replace');
+  const replaces = fleet.operations.filter((operation) => operation.op === 'replace');
+  for (const error of await Promise.all(direct.map(runOne))) if (error) errors.push(error);
+
+  const batchSize = Math.max(1, fleet.maxUnavailable);
+  let skipped = 0;
+  for (let start = 0; start < replaces.length; start += batchSize) {
+    if (errors.length > 0) {
+      skipped = replaces.length - start;
+      break;
+    }
+    for (const error of await Promise.all(replaces.slice(start, start + batchSize).map(runOne))) {
+      if (error) errors.push(error);
+    }
+  }
+  context.counts.skipped += skipped;
+
+  if (errors.length > 0) {
+    // The attributes stay as last applied, so the next plan shows the same change for what is left.
+    throw new DsecError(
+      'DSEC_APPLY_FLEET',
+      {
+        address: change.address,
+        failed: errors.length,
+        total: fleet.operations.length,
+        skipped: skipped > 0 ? ` (${skipped} replacement(s) not started)` : '',
+        first: errors[0].message,
+      },
+      { cause: errors[0] },
+    );
+  }
+  await state.write((current) =>
+    desired ? setFleetAttributes(current, name, desired) : removeResource(current, change.address),
+  );
+}
+
+async function execute(
+  operation: SandboxOperation,
+  fleet: string,
+  desired: FleetAttributes | undefined,
+  { provider, state }: FleetApplyContext,
+): Promise<void> {
+  switch (operation.op) {
+    case 'create': {
+      const info = await provider.createSandbox(operation.spec);
+      await state.write((current) => recordSandboxes(current, fleet, [sandboxState(info, operation.spec)], desired));
+      return;
+    }
+    case 'delete': {
+      await provider.destroySandbox(operation.id);
+      await state.write((current) => dropSandboxes(current, fleet, [operation.id]));
+      return;
+    }
+    case 'update': {
+      const info = await provider.updateSandbox(operation.id, operation.resources);
+      await state.write((current) => {
+        const record = current.resources[`fleet.${fleet}`];
+        const previous = record?.type === 'fleet' ? record.sandboxes[operation.id] : undefined;
+        const updated: SandboxState = previous
+          ? { ...previous, resources: info.resources }
+          : { id: info.id, node: info.node, specHash: info.labels[LABEL_SPEC] ?? '', resources: info.resources, createdAt: info.createdAt };
+        return recordSandboxes(current, fleet, [updated], desired);
+      });
+      return;
+    }
+    case 'replace': {
+      await provider.destroySandbox(operation.id);
+      await state.write((current) => dropSandboxes(current, fleet, [operation.id]));
+      const info = await provider.createSandbox(operation.spec);
+      await state.write((current) => recordSandboxes(current, fleet, [sandboxState(info, operation.spec)], desired));
+      return;
+    }
+  }
+}

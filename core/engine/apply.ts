@@ -1,0 +1,152 @@
+/**
+ * Apply: walk the plan in dependency order and make it real. Layer publishes
+ * first; each fleet starts as soon as its own layers are published; layer
+ * unpublishes last, after every fleet change settled. Sandbox operations
+ * share one limiter (`parallelism`, Terraform's default 10). Every finished
+ * operation is in the state on disk before it counts as done, so a crash or
+ * a failure loses nothing and a re-run converges. A failure stops only what
+ * depends on it; the result lists what succeeded and what failed.
+ */
+import type { Dsec } from '../dsec.js';
+import { DsecError, isDsecError } from '../errors.js';
+import type { LayerModel } from '../model.js';
+import type { Plan, ResourceChange } from '../plan.js';
+import type { Provider } from '../provider.js';
+import type { StateSession } from '../state/session.js';
+import { layerAddress, layerRef, splitLayerRef } from './addresses.js';
+import { applyFleetChange, type FleetApplyContext } from './apply-fleet.js';
+import { createLimiter } from './limiter.js';
+import { assertPlanFresh } from './saved-plan.js';
+import { adoptLineage, dropSandboxes, recordLayer, recordSandboxes, removeResource } from './state-records.js';
+
+export interface ApplyDeps {
+  readonly provider: Provider;
+  readonly state: StateSession;
+  readonly dsec: Dsec;
+  /** Sandbox operations and layer publishes running at once. @default 10 */
+  readonly parallelism?: number;
+}
+
+export interface ApplyResult {
+  readonly succeeded: ResourceChange[];
+  readonly failed: { change: ResourceChange; error: Error }[];
+  /** Sandbox operations: finished, failed, and never started because something before them failed. */
+  readonly sandboxes: { done: number; failed: number; skipped: number };
+}
+
+const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
+
+export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResult> {
+  const { provider, state, dsec } = deps;
+  // The caller checks a saved plan against the state it locked; checking
+  // again here costs nothing and keeps a stale plan from ever running.
+  assertPlanFresh(plan, state.state);
+  const result: ApplyResult = { succeeded: [], failed: [], sandboxes: { done: 0, failed: 0, skipped: 0 } };
+  const context: FleetApplyContext = { plan, provider, state, dsec, limit: createLimiter(deps.parallelism ?? 10), counts: result.sandboxes };
+
+  await state.write((current) => recordNoOps(plan, adoptLineage(current, plan.prior_state.lineage)));
+
+  const run = async (change: ResourceChange, body: () => Promise<void>): Promise<boolean> => {
+    let error: Error | null = null;
+    try {
+      await dsec.hooks.beforeChange.promise(change);
+      await body();
+    } catch (thrown) {
+      error = asError(thrown);
+    }
+    if (error) result.failed.push({ change, error });
+    else result.succeeded.push(change);
+    try {
+      await dsec.hooks.afterChange.promise(change, error);
+    } catch (thrown) {
+      dsec.log.warn(`an afterChange tap failed for ${change.address}: ${asError(thrown).message}`);
+    }
+    return error === null;
+  };
+  const refuse = async (change: ResourceChange, dependency: string): Promise<boolean> => {
+    const error = new DsecError('DSEC_APPLY_DEPENDENCY', { address: change.address, dependency });
+    result.failed.push({ change, error });
+    result.sandboxes.skipped += change.fleet?.operations.length ?? 0;
+    await dsec.hooks.afterChange.promise(change, error).catch(() => undefined);
+    return false;
+  };
+
+  const changes = plan.resource_changes.filter((change) => change.action !== 'no-op');
+  const publishes = new Map<string, Promise<boolean>>();
+  for (const change of changes) {
+    if (change.type === 'layer' && change.action === 'create') {
+      publishes.set(change.address, run(change, () => publishLayer(change, context)));
+    }
+  }
+
+  const fleets = changes
+    .filter((change) => change.type === 'fleet')
+    .map(async (change) => {
+      const needs = (plan.desired.fleets[change.name]?.layers ?? [])
+        .map((layer) => layerAddress(layerRef(layer.name, layer.version)))
+        .filter((address) => publishes.has(address));
+      for (const address of needs) if (!(await publishes.get(address))) return refuse(change, address);
+      return run(change, () => applyFleetChange(change, context));
+    });
+  await Promise.all([...publishes.values(), ...fleets]);
+
+  // Unpublish only once no fleet change is still running: the sandboxes on a layer go first.
+  await Promise.all(
+    changes
+      .filter((change) => change.type === 'layer' && change.action === 'delete')
+      .map((change) => run(change, () => unpublishLayer(change, context))),
+  );
+
+  try {
+    await dsec.hooks.applied.promise(plan, result.failed.map(({ change }) => change));
+  } catch (thrown) {
+    dsec.log.warn(`an applied tap failed: ${asError(thrown).message}`);
+  }
+  return result;
+}
+
+/**
+ * Changes with nothing to do on the cluster may still teach the state
+ * something: a declared layer found published (a crash after publish), a
+ * sandbox found live with our lineage, a recorded sandbox that is gone.
+ */
+function recordNoOps(plan: Plan, state: import('../plan.js').StateFile) {
+  let next = state;
+  for (const change of plan.resource_changes) {
+    if (change.action !== 'no-op') continue;
+    if (change.type === 'layer' && !(change.address in next.resources)) {
+      const layer = plan.desired.layers[change.name];
+      if (layer) next = recordLayer(next, { type: 'layer', name: layer.name, version: layer.version, kind: layer.kind, digest: layer.digest });
+    }
+    if (change.type === 'fleet' && change.fleet) {
+      next = dropSandboxes(next, change.name, change.fleet.forget ?? []);
+      next = recordSandboxes(next, change.name, change.fleet.adopt ?? [], plan.desired.fleets[change.name]);
+    }
+  }
+  return next;
+}
+
+async function publishLayer(change: ResourceChange, context: FleetApplyContext): Promise<void> {
+  const desired = context.plan.desired.layers[change.name];
+  if (!desired) throw new Error(`the plan has no desired layer ${change.name}`);
+  const { digest: planned, ...model } = desired;
+  const record = await context.limit(() => context.provider.publishLayer(model as LayerModel));
+  // It is published either way: record what is really there before judging it.
+  await context.state.write((state) =>
+    recordLayer(state, { type: 'layer', name: record.name, version: record.version, kind: record.kind, digest: record.digest }),
+  );
+  if (record.digest !== planned) {
+    throw new DsecError('DSEC_LAYER_CHANGED', { ref: change.name, planned, digest: record.digest });
+  }
+}
+
+async function unpublishLayer(change: ResourceChange, context: FleetApplyContext): Promise<void> {
+  const { name, version } = splitLayerRef(change.name);
+  try {
+    await context.limit(() => context.provider.unpublishLayer(name, version ?? ''));
+  } catch (error) {
+    // Already gone is what we wanted.
+    if (!isDsecError(error, 'DSEC_LAYER_NOT_FOUND')) throw error;
+  }
+  await context.state.write((state) => removeResource(state, change.address));
+}

@@ -1,0 +1,125 @@
+/**
+ * A fleet as the plan shows and records it: the declared fleet with its
+ * environment resolved to layer digests (what the state keeps as
+ * `attributes`), the display form (`before`/`after`), and which attributes
+ * force a replace.
+ */
+import { DsecError } from '../errors.js';
+import type { LayerRef, SandboxInfo } from '../live.js';
+import type { ConfigModel, FleetModel } from '../model.js';
+import type { FleetState } from '../plan.js';
+import { fleetAddress, layerRef, requireLayerRef } from './addresses.js';
+import { canonicalJson } from './canonical-json.js';
+import { fleetSpecHash } from './spec.js';
+
+export type FleetAttributes = FleetState['attributes'];
+
+/** The fleet resolved against its environment and the layer digests. */
+export function resolveFleet(
+  config: ConfigModel,
+  fleet: FleetModel,
+  layerDigests: Readonly<Record<string, string>>,
+): FleetAttributes {
+  const address = fleetAddress(fleet.name);
+  const environment = config.environments[fleet.environment];
+  if (!environment) {
+    throw new DsecError('DSEC_CONFIG_UNKNOWN_ENVIRONMENT', { name: `${fleet.environment} (used by ${address})` });
+  }
+  const layers: LayerRef[] = environment.layers.map((ref) => {
+    const layer = requireLayerRef(config, ref, `environment.${environment.name}`);
+    const digest = layerDigests[layer.ref];
+    // The engine digests every declared layer before planning; a gap is a bug, not a user error.
+    if (!digest) throw new Error(`makePlan: no digest was computed for layer ${layer.ref}`);
+    return { name: layer.name, version: layer.version, digest };
+  });
+  const identity = {
+    backend: fleet.backend,
+    layers,
+    env: environment.env,
+    workdir: environment.workdir,
+    user: environment.user,
+    network: fleet.network,
+    qos: fleet.qos,
+  };
+  return {
+    name: fleet.name,
+    environment: fleet.environment,
+    backend: fleet.backend,
+    replicas: fleet.replicas,
+    resources: fleet.resources,
+    network: fleet.network,
+    qos: fleet.qos,
+    ttl: fleet.ttl,
+    labels: fleet.labels,
+    update: fleet.update,
+    layers,
+    env: environment.env,
+    workdir: environment.workdir,
+    user: environment.user,
+    specHash: fleetSpecHash(identity),
+  };
+}
+
+/** What `before`/`after` show for a fleet: its attributes, never its sandboxes. */
+export function displayFleet(attributes: FleetAttributes): Record<string, unknown> {
+  return {
+    environment: attributes.environment,
+    layers: attributes.layers.map((layer) => layerRef(layer.name, layer.version)),
+    env: attributes.env,
+    workdir: attributes.workdir,
+    user: attributes.user,
+    backend: attributes.backend,
+    replicas: attributes.replicas,
+    resources: attributes.resources,
+    network: attributes.network,
+    qos: attributes.qos,
+    ttl: attributes.ttl,
+    labels: attributes.labels,
+    update: attributes.update,
+  };
+}
+
+/**
+ * A fleet the state does not know but whose sandboxes are live with this
+ * lineage (a crash before the first state write): what the sandboxes
+ * themselves say. Attributes they cannot tell are left out, not guessed.
+ */
+export function displayLiveFleet(sandboxes: readonly SandboxInfo[]): Record<string, unknown> {
+  const first = sandboxes[0];
+  if (!first) return { replicas: 0 };
+  return {
+    layers: first.layers.map((layer) => layerRef(layer.name, layer.version)),
+    backend: first.backend,
+    replicas: sandboxes.length,
+    resources: first.resources,
+  };
+}
+
+/** Attributes that are part of the spec hash, in display order: a change to one forces a replace. */
+export const FORCES_REPLACE = ['environment', 'layers', 'env', 'workdir', 'user', 'backend', 'network', 'qos'] as const;
+
+/** The attributes that differ between two display forms and force a replace, as paths. */
+export function forcingPaths(before: Record<string, unknown> | null, after: Record<string, unknown>): string[][] {
+  if (!before) return [];
+  return FORCES_REPLACE.filter(
+    (key) => key in before && canonicalJson(before[key]) !== canonicalJson(after[key]),
+  ).map((key) => [key]);
+}
+
+/**
+ * When the state already holds the new attributes (a half-finished rollout)
+ * the diff is empty; the outdated sandbox itself still tells a backend or
+ * layer change. Anything else it cannot see (env, workdir, user) is part of
+ * the environment, so the environment is named.
+ */
+export function forcingPathsFromSandbox(sandbox: SandboxInfo, desired: FleetAttributes): string[][] {
+  const paths: string[][] = [];
+  if (sandbox.backend !== desired.backend) paths.push(['backend']);
+  const liveDigests = sandbox.layers.map((layer) => layer.digest).join(',');
+  if (liveDigests !== desired.layers.map((layer) => layer.digest).join(',')) paths.push(['layers']);
+  return paths.length > 0 ? paths : [['environment']];
+}
+
+export function sameResources(a: FleetModel['resources'], b: FleetModel['resources']): boolean {
+  return a.cpu === b.cpu && a.memoryMiB === b.memoryMiB && a.pids === b.pids;
+}

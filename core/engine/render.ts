@@ -1,0 +1,165 @@
+/**
+ * The human plan, Terraform-style: a legend of the symbols used, each change
+ * with its changed attributes (`# forces replacement` beside the ones that
+ * do), one summary line of sandboxes per fleet, and the closing
+ * `Plan: N to add, N to change, N to destroy.` line.
+ */
+import picocolors from 'picocolors';
+import type { Action, Plan, ResourceChange } from '../plan.js';
+import { ACTION_SYMBOL } from '../plan.js';
+import { countChanges, planHasChanges } from './plan-json.js';
+
+export { countChanges, planHasChanges, planToJson, type ChangeCounts } from './plan-json.js';
+
+type Colors = ReturnType<typeof picocolors.createColors>;
+
+const LEGEND: readonly [Exclude<Action, 'no-op'>, string][] = [
+  ['create', 'create'],
+  ['update', 'update in-place'],
+  ['replace', 'destroy and then create replacement'],
+  ['delete', 'destroy'],
+];
+
+function paint(c: Colors, action: Action, text: string): string {
+  switch (action) {
+    case 'create':
+      return c.green(text);
+    case 'update':
+      return c.yellow(text);
+    case 'replace':
+      return c.magenta(text);
+    case 'delete':
+      return c.red(text);
+    default:
+      return text;
+  }
+}
+
+const symbol = (c: Colors, action: Action): string => paint(c, action, ACTION_SYMBOL[action].padStart(3));
+
+/** Nested objects become dotted keys (`resources.cpu`); lists stay whole. */
+function flatten(value: Readonly<Record<string, unknown>> | null, prefix = '', into = new Map<string, unknown>()) {
+  for (const [key, member] of Object.entries(value ?? {})) {
+    const path = prefix ? `${prefix}.${key}` : key;
+    if (member !== null && typeof member === 'object' && !Array.isArray(member) && Object.keys(member).length > 0) {
+      flatten(member as Record<string, unknown>, path, into);
+    } else {
+      into.set(path, member);
+    }
+  }
+  return into;
+}
+
+const show = (value: unknown): string =>
+  Array.isArray(value) ? `[${value.map(show).join(', ')}]` : value === undefined ? 'null' : JSON.stringify(value);
+
+function comment(change: ResourceChange): string {
+  const what = change.type === 'layer' ? { create: 'will be published', delete: 'will be unpublished' } : {};
+  const replaced = change.fleet?.summary.replace ?? 0;
+  switch (change.action) {
+    case 'create':
+      return `${change.address} ${what.create ?? 'will be created'}${change.reason === 'create_because_missing' ? ' (the state has it, the store does not)' : ''}`;
+    case 'update':
+      return `${change.address} will be updated in-place${change.reason === 'drift' ? ' (the live sandboxes drifted from the state)' : ''}`;
+    case 'replace': {
+      const why =
+        change.reason === 'replace_by_request'
+          ? ', as requested with --replace'
+          : change.reason === 'drift'
+            ? ' (failed or stopped)'
+            : '';
+      return `${change.address}: ${replaced} sandbox(es) must be replaced${why}`;
+    }
+    case 'delete': {
+      const why = change.reason === 'delete_because_no_resource_config' ? ' because it is no longer in the configuration' : '';
+      return `${change.address} ${what.delete ?? 'will be destroyed'}${why}`;
+    }
+    default:
+      return change.address;
+  }
+}
+
+function attributeLines(c: Colors, change: ResourceChange): string[] {
+  const before = flatten(change.before);
+  const after = flatten(change.after);
+  const forces = (path: string): boolean =>
+    change.replacePaths.some((forcing) => path === forcing.join('.') || path.startsWith(`${forcing.join('.')}.`));
+  const note = (path: string): string => (forces(path) ? ` ${c.red('# forces replacement')}` : '');
+  const keys = [...new Set([...before.keys(), ...after.keys()])];
+  const width = Math.max(0, ...keys.map((key) => key.length));
+  const lines: string[] = [];
+  for (const key of keys) {
+    const name = `${key}:`.padEnd(width + 1);
+    const inBefore = before.has(key);
+    const inAfter = after.has(key);
+    if (inBefore && inAfter) {
+      const old = show(before.get(key));
+      const now = show(after.get(key));
+      if (old !== now) lines.push(`      ${c.yellow('~')} ${name} ${old} -> ${now}${note(key)}`);
+    } else if (inAfter) {
+      lines.push(`      ${c.green('+')} ${name} ${show(after.get(key))}${change.action === 'create' ? '' : note(key)}`);
+    } else {
+      lines.push(`      ${c.red('-')} ${name} ${show(before.get(key))}${change.action === 'delete' ? '' : note(key)}`);
+    }
+  }
+  return lines;
+}
+
+function sandboxLine(c: Colors, change: ResourceChange): string[] {
+  if (!change.fleet) return [];
+  const { summary, maxUnavailable, adopt, forget } = change.fleet;
+  const parts = [
+    c.green(`+${summary.create} create`),
+    c.yellow(`~${summary.update} update`),
+    c.magenta(`-/+ ${summary.replace} replace (batches of ${maxUnavailable})`),
+    c.red(`-${summary.delete} destroy`),
+  ];
+  const lines = [`        sandboxes: ${parts.join(', ')}; ${summary.unchanged} unchanged`];
+  if (adopt && adopt.length > 0) {
+    lines.push(c.dim(`        # ${adopt.length} live sandbox(es) an earlier apply created but did not record will be adopted`));
+  }
+  if (forget && forget.length > 0) {
+    lines.push(c.dim(`        # ${forget.length} sandbox(es) in the state are gone and will be dropped from it`));
+  }
+  return lines;
+}
+
+function warningLines(c: Colors, plan: Plan): string[] {
+  return plan.warnings.flatMap((warning) => ['', `${c.yellow(c.bold('Warning:'))} ${warning}`]);
+}
+
+export function renderPlan(plan: Plan, options: { color: boolean }): string {
+  const c = picocolors.createColors(options.color);
+  if (!planHasChanges(plan)) {
+    return [
+      `${c.green(c.bold('No changes.'))} ${c.bold('Your infrastructure matches the configuration.')}`,
+      '',
+      'dsec compared the configuration with the live layers and sandboxes and found nothing to do.',
+      ...warningLines(c, plan),
+      '',
+    ].join('\n');
+  }
+  const changes = plan.resource_changes.filter((change) => change.action !== 'no-op');
+  const used = new Set(changes.map((change) => change.action));
+  const lines = ['Resource actions are indicated with the following symbols:'];
+  for (const [action, meaning] of LEGEND) if (used.has(action)) lines.push(`${symbol(c, action)} ${meaning}`);
+  lines.push('', `dsec will perform the following actions${plan.mode === 'destroy' ? ' (destroy)' : ''}:`);
+  for (const change of changes) {
+    lines.push('', c.bold(`  # ${comment(change)}`), `${symbol(c, change.action)} ${c.bold(change.address)}`);
+    lines.push(...attributeLines(c, change), ...sandboxLine(c, change));
+  }
+  const counts = countChanges(plan);
+  lines.push('', c.bold(`Plan: ${counts.add} to add, ${counts.change} to change, ${counts.destroy} to destroy.`));
+  const totals = { create: 0, update: 0, replace: 0, delete: 0 };
+  for (const change of changes) {
+    if (!change.fleet) continue;
+    for (const key of Object.keys(totals) as (keyof typeof totals)[]) totals[key] += change.fleet.summary[key];
+  }
+  if (totals.create + totals.update + totals.replace + totals.delete > 0) {
+    lines.push(
+      `Sandboxes: ${totals.create} to create, ${totals.update} to update, ${totals.replace} to replace, ${totals.delete} to destroy.`,
+    );
+  }
+  lines.push(...warningLines(c, plan), '');
+  return lines.join('\n');
+}

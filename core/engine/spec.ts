@@ -1,0 +1,114 @@
+/**
+ * What a fleet's sandboxes are made from: the spec hash that decides between
+ * "update in place" and "replace", the sandbox spec handed to the provider,
+ * and the ids sandboxes get at plan time.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LayerRef, type SandboxSpec } from '../live.js';
+import type { EnvironmentModel, FleetModel } from '../model.js';
+import { canonicalJson } from './canonical-json.js';
+
+/** Everything that cannot change on a running sandbox: a change forces a replace. */
+export interface SpecIdentity {
+  readonly backend: string;
+  readonly layers: readonly LayerRef[];
+  readonly env: Readonly<Record<string, string>>;
+  readonly workdir: string;
+  readonly user: string;
+  readonly network: FleetModel['network'];
+  readonly qos: FleetModel['qos'];
+}
+
+/**
+ * sha256 (hex) over the canonical JSON of the spec identity. Layers count by
+ * digest only: renaming a version without changing content replaces nothing.
+ */
+export function fleetSpecHash(identity: SpecIdentity): string {
+  const canonical = canonicalJson({
+    backend: identity.backend,
+    layers: identity.layers.map((layer) => layer.digest),
+    env: identity.env,
+    workdir: identity.workdir,
+    user: identity.user,
+    network: identity.network,
+    qos: identity.qos,
+  });
+  return createHash('sha256').update(canonical).digest('hex');
+}
+
+type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels'>;
+type EnvironmentPart = Pick<EnvironmentModel, 'env' | 'workdir' | 'user'>;
+
+/**
+ * The spec of one sandbox of `fleet`. Its labels carry ownership (lineage),
+ * the fleet and the spec hash, so refresh can tell which fleet a sandbox
+ * belongs to and whether it is outdated without reading the state.
+ */
+export function sandboxSpecFor(
+  fleet: FleetPart,
+  environment: EnvironmentPart,
+  layerRefs: readonly LayerRef[],
+  lineage: string,
+  id: string,
+): SandboxSpec {
+  const specHash = fleetSpecHash({
+    backend: fleet.backend,
+    layers: layerRefs,
+    env: environment.env,
+    workdir: environment.workdir,
+    user: environment.user,
+    network: fleet.network,
+    qos: fleet.qos,
+  });
+  return {
+    id,
+    backend: fleet.backend,
+    layers: layerRefs,
+    env: environment.env,
+    workdir: environment.workdir,
+    user: environment.user,
+    resources: fleet.resources,
+    network: fleet.network,
+    qos: fleet.qos,
+    // dsec's own labels win over a user label of the same name.
+    labels: { ...fleet.labels, [LABEL_LINEAGE]: lineage, [LABEL_FLEET]: fleet.name, [LABEL_SPEC]: specHash },
+  };
+}
+
+const ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+const ID_SUFFIX_LENGTH = 8;
+/** Sandbox ids are at most 63 characters: the fleet part is cut to leave room for `-` + suffix. */
+const MAX_FLEET_PART = 63 - 1 - ID_SUFFIX_LENGTH;
+
+/** Random bytes drawn 4 KiB at a time: planning 100,000 creates should not make 100,000 syscalls. */
+let pool = Buffer.alloc(0);
+let poolOffset = 0;
+function randomByte(): number {
+  if (poolOffset >= pool.length) {
+    pool = randomBytes(4096);
+    poolOffset = 0;
+  }
+  return pool[poolOffset++];
+}
+
+/**
+ * `<fleet>-<8 random [a-z0-9]>`. Pass `taken` (ids live or already planned)
+ * to rule out the one-in-10^12 collision, which matters at 100,000 sandboxes.
+ */
+export function newSandboxId(fleet: string, taken?: Set<string>): string {
+  const prefix = fleet.slice(0, MAX_FLEET_PART).replace(/-+$/, '');
+  for (;;) {
+    let suffix = '';
+    while (suffix.length < ID_SUFFIX_LENGTH) {
+      const byte = randomByte();
+      // 252 = 7 * 36: bytes above it are dropped so every character is equally likely.
+      if (byte < 252) suffix += ID_ALPHABET[byte % 36];
+    }
+    const id = `${prefix}-${suffix}`;
+    if (!taken) return id;
+    if (!taken.has(id)) {
+      taken.add(id);
+      return id;
+    }
+  }
+}

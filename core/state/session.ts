@@ -1,0 +1,135 @@
+/**
+ * A locked state session: the current state, serialized writes, release.
+ *
+ * Writes are group-committed: mutators queued while a disk write is in flight
+ * are applied in order to the latest state and persisted together by the next
+ * write, and each caller's promise resolves only once its change is on disk.
+ * Apply records every finished sandbox operation this way without writing the
+ * file once per operation, and never loses one.
+ */
+import type { StateFile } from '../plan.js';
+import { DSEC_VERSION } from '../version.js';
+import { canonicalJson, sortKeys } from '../engine/canonical-json.js';
+import { writeFileAtomic } from './files.js';
+import type { LockInfo } from './lock.js';
+import { validateState } from './schema.js';
+
+export type StateMutator = (state: StateFile) => StateFile;
+
+export interface StateSession {
+  /** The state as last written (or as read when the lock was taken). */
+  readonly state: StateFile;
+  readonly lock: LockInfo;
+  /**
+   * Apply `mutate` to the latest state and persist the result. Resolves with
+   * the state as written, once it is on disk. The serial is bumped only when
+   * the content changed; an unchanged result writes nothing. A mutator that
+   * throws rejects its own write only.
+   */
+  write(mutate: StateMutator): Promise<StateFile>;
+  /** Resolves once every write requested so far has settled. */
+  flush(): Promise<void>;
+  /** Wait for pending writes, then drop the lock (if it is still ours). Idempotent. */
+  release(): Promise<void>;
+}
+
+/** What "the content changed" means: everything but the serial and the writer's version. */
+export const stateContent = (state: StateFile): string =>
+  canonicalJson({ ...state, serial: undefined, dsec_version: undefined });
+
+export const serializeState = (state: StateFile): string => `${JSON.stringify(sortKeys(state), null, 2)}\n`;
+
+interface PendingWrite {
+  readonly mutate: StateMutator;
+  readonly resolve: (state: StateFile) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+export class LocalStateSession implements StateSession {
+  private current: StateFile;
+  private currentContent: string;
+  private readonly queue: PendingWrite[] = [];
+  private flushing: Promise<void> | undefined;
+  private released = false;
+
+  constructor(
+    initial: StateFile,
+    readonly lock: LockInfo,
+    private readonly paths: { readonly file: string; readonly backup: string },
+    private readonly onRelease: () => Promise<void>,
+  ) {
+    this.current = initial;
+    this.currentContent = stateContent(initial);
+  }
+
+  get state(): StateFile {
+    return this.current;
+  }
+
+  write(mutate: StateMutator): Promise<StateFile> {
+    if (this.released) return Promise.reject(new Error('the state session was released; take the lock again to write'));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ mutate, resolve, reject });
+      this.kick();
+    });
+  }
+
+  private kick(): void {
+    if (this.flushing) return;
+    this.flushing = (async () => {
+      try {
+        await this.drain();
+      } finally {
+        this.flushing = undefined;
+        // A write queued after the drain's last look at the queue.
+        if (this.queue.length > 0) this.kick();
+      }
+    })();
+  }
+
+  async flush(): Promise<void> {
+    while (this.flushing) await this.flushing;
+  }
+
+  async release(): Promise<void> {
+    if (this.released) return;
+    await this.flush();
+    this.released = true;
+    await this.onRelease();
+  }
+
+  private async drain(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue.splice(0);
+      let next = this.current;
+      const applied: PendingWrite[] = [];
+      for (const pending of batch) {
+        try {
+          next = pending.mutate(next);
+          applied.push(pending);
+        } catch (error) {
+          pending.reject(error);
+        }
+      }
+      try {
+        if (next !== this.current) await this.persist(next);
+      } catch (error) {
+        for (const pending of applied) pending.reject(error);
+        continue;
+      }
+      for (const pending of applied) pending.resolve(this.current);
+    }
+  }
+
+  private async persist(next: StateFile): Promise<void> {
+    const content = stateContent(next);
+    if (content === this.currentContent) return;
+    const written: StateFile = { ...next, serial: this.current.serial + 1, dsec_version: DSEC_VERSION };
+    // Never put on disk a state the next read would call corrupt.
+    const problem = validateState(written);
+    if (problem) throw new Error(`refusing to write an invalid state: ${problem}`);
+    await writeFileAtomic(this.paths.file, serializeState(written), { backup: this.paths.backup });
+    this.current = written;
+    this.currentContent = content;
+  }
+}

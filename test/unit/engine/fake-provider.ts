@@ -1,0 +1,146 @@
+/**
+ * An in-memory Provider for unit tests of the engine's pure logic. Honest:
+ * it stores layers and sandboxes in Maps, enforces layer immutability and
+ * in-use checks, is idempotent where the real one is, and counts how many
+ * calls run at once.
+ */
+import { DsecError } from '../../../core/errors.js';
+import type { LayerRecord, LiveView, NodeInfo, SandboxInfo, SandboxSpec } from '../../../core/live.js';
+import type { LayerModel, Resources } from '../../../core/model.js';
+import type { Provider } from '../../../core/provider.js';
+
+export class FakeProvider implements Provider {
+  readonly name = 'fake';
+  readonly layers = new Map<string, LayerRecord>();
+  readonly sandboxes = new Map<string, SandboxInfo>();
+  /** What digestLayer/publishLayer compute for a layer ref; defaults to `sha256:<ref>`. */
+  readonly contents = new Map<string, string>();
+  /** Make a call fail: return an error to throw. */
+  failWhen: (call: string, target: string) => Error | undefined = () => undefined;
+  delayMs = 0;
+  running = 0;
+  maxRunning = 0;
+  readonly calls: string[] = [];
+  private clock = Date.parse('2025-01-01T00:00:00Z');
+
+  digestOf(layer: { ref: string }): string {
+    return this.contents.get(layer.ref) ?? `sha256:${layer.ref}`;
+  }
+
+  private async track<T>(call: string, target: string, body: () => T): Promise<T> {
+    this.calls.push(`${call} ${target}`);
+    this.running += 1;
+    this.maxRunning = Math.max(this.maxRunning, this.running);
+    try {
+      if (this.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.delayMs));
+      else await Promise.resolve();
+      const error = this.failWhen(call, target);
+      if (error) throw error;
+      return body();
+    } finally {
+      this.running -= 1;
+    }
+  }
+
+  async refresh(): Promise<LiveView> {
+    return { nodes: await this.nodes(), layers: [...this.layers.values()], sandboxes: [...this.sandboxes.values()] };
+  }
+
+  async digestLayer(layer: LayerModel): Promise<string> {
+    return this.digestOf(layer);
+  }
+
+  publishLayer(layer: LayerModel): Promise<LayerRecord> {
+    return this.track('publishLayer', layer.ref, () => {
+      const digest = this.digestOf(layer);
+      const existing = this.layers.get(layer.ref);
+      if (existing && existing.digest !== digest) {
+        throw new DsecError('DSEC_LAYER_IMMUTABLE', { ref: layer.ref, existing: existing.digest, digest });
+      }
+      if (existing) return existing;
+      const record: LayerRecord = {
+        name: layer.name,
+        version: layer.version,
+        kind: layer.kind,
+        digest,
+        sizeBytes: 1,
+        files: 1,
+        publishedAt: new Date(this.clock).toISOString(),
+      };
+      this.layers.set(layer.ref, record);
+      return record;
+    });
+  }
+
+  unpublishLayer(name: string, version: string): Promise<void> {
+    const ref = `${name}@${version}`;
+    return this.track('unpublishLayer', ref, () => {
+      if (!this.layers.has(ref)) throw new DsecError('DSEC_LAYER_NOT_FOUND', { ref });
+      for (const sandbox of this.sandboxes.values()) {
+        if (sandbox.layers.some((layer) => `${layer.name}@${layer.version}` === ref)) {
+          throw new DsecError('DSEC_LAYER_IN_USE', { ref, id: sandbox.id });
+        }
+      }
+      this.layers.delete(ref);
+    });
+  }
+
+  createSandbox(spec: SandboxSpec): Promise<SandboxInfo> {
+    return this.track('createSandbox', spec.id, () => {
+      const existing = this.sandboxes.get(spec.id);
+      if (existing) return existing;
+      for (const layer of spec.layers) {
+        if (this.layers.get(`${layer.name}@${layer.version}`)?.digest !== layer.digest) {
+          throw new DsecError('DSEC_LAYER_NOT_FOUND', { ref: `${layer.name}@${layer.version}` });
+        }
+      }
+      this.clock += 1000;
+      const info: SandboxInfo = {
+        id: spec.id,
+        node: 'node-1',
+        backend: spec.backend,
+        status: 'running',
+        labels: spec.labels,
+        resources: spec.resources,
+        layers: spec.layers,
+        createdAt: new Date(this.clock).toISOString(),
+      };
+      this.sandboxes.set(spec.id, info);
+      return info;
+    });
+  }
+
+  updateSandbox(id: string, resources: Resources): Promise<SandboxInfo> {
+    return this.track('updateSandbox', id, () => {
+      const existing = this.sandboxes.get(id);
+      if (!existing) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+      const updated = { ...existing, resources };
+      this.sandboxes.set(id, updated);
+      return updated;
+    });
+  }
+
+  destroySandbox(id: string): Promise<void> {
+    return this.track('destroySandbox', id, () => {
+      this.sandboxes.delete(id);
+    });
+  }
+
+  async exec(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'exec' });
+  }
+
+  async listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
+    return [...this.sandboxes.values()].filter((sandbox) =>
+      Object.entries(labels ?? {}).every(([key, value]) => sandbox.labels[key] === value),
+    );
+  }
+
+  async nodes(): Promise<NodeInfo[]> {
+    return [
+      { name: 'node-1', backends: ['container'], capacity: { cpu: 2, memoryMiB: 4096 }, sandboxes: this.sandboxes.size, agentVersion: 'fake', pid: process.pid },
+    ];
+  }
+
+  async close(): Promise<void> {}
+}
