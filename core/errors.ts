@@ -14,6 +14,16 @@ export const ERRORS = Object.freeze({
   DSEC_CONFIG_DUPLICATE: 'duplicate {what} {name}',
   DSEC_CONFIG_CYCLE: 'dependency cycle: {cycle}',
   DSEC_CONFIG_TS_LOAD: 'could not load {file}: {message}',
+  DSEC_CONFIG_AMBIGUOUS: 'both {first} and {second} are in {dir}; keep one of them',
+  DSEC_CONFIG_INVALID_VALUE: '{path}: {message}',
+  DSEC_CONFIG_INVALID_NAME: 'invalid name {name}: {message}',
+  DSEC_CONFIG_UNKNOWN_PROPERTY: 'unknown property {name} at {path}',
+  DSEC_CONFIG_MISSING_PROPERTY: 'missing required property {name} at {path}',
+  DSEC_CONFIG_LAYER_ORDER: 'environment {name}: {message}',
+  DSEC_CONFIG_VERSION_MISMATCH: 'layer {name} is declared at version {declared}, not {wanted}',
+  /** Warnings: the config loads, but something in it is probably not what was meant. */
+  DSEC_CONFIG_UNUSED_LAYER: 'layer {name} is declared but no environment uses it',
+  DSEC_CONFIG_EMPTY_FLEET: 'fleet {name} has 0 replicas',
   // plugins -----------------------------------------------------------------
   DSEC_PLUGIN_LOAD: 'could not load plugin {name}: {message}',
   DSEC_PLUGIN_INVALID: 'plugin {name} is not a dsec plugin: {message}',

@@ -1,0 +1,140 @@
+/**
+ * A valid document -> the model: defaults filled in, quantities converted,
+ * paths made absolute against the config file's folder, layer references
+ * written as `name@version`, maps in sorted order. Runs only after the
+ * schema and semantic checks passed, so it does not check anything itself.
+ */
+import path from 'node:path';
+import type {
+  ConfigModel,
+  EnvironmentModel,
+  FleetModel,
+  LayerModel,
+  LayerSource,
+  PluginRef,
+  ProviderModel,
+} from '../model.js';
+import type {
+  DsecDocument,
+  EnvironmentDocument,
+  FleetDocument,
+  LayerDocument,
+  LayerSourceDocument,
+  PluginEntry,
+  ProviderDocument,
+} from './document.generated.js';
+import { splitRef } from './semantic.js';
+import { cpuCores, durationSeconds, memoryMiB } from './units.js';
+
+export const DEFAULTS = Object.freeze({
+  stateDir: '.dsec',
+  busyboxPath: '/bin/busybox',
+  workdir: '/',
+  user: 'root',
+  backend: 'container',
+  cpu: 1,
+  memoryMiB: 256,
+  pids: 256,
+  network: 'none',
+  qos: 'best-effort',
+  maxUnavailable: 1,
+} as const);
+
+export function buildModel(document: DsecDocument, file: string): ConfigModel {
+  const dir = path.dirname(file);
+  const layers = mapSorted(document.layers ?? {}, (name, layer) => layerModel(name, layer, dir));
+  return {
+    version: 1,
+    file,
+    dir,
+    provider: providerModel(document.provider, dir),
+    plugins: (document.plugins ?? []).map((plugin) => pluginRef(plugin, dir)),
+    layers,
+    environments: mapSorted(document.environments ?? {}, (name, environment) =>
+      environmentModel(name, environment, layers),
+    ),
+    fleets: mapSorted(document.fleets ?? {}, fleetModel),
+  };
+}
+
+function providerModel(provider: ProviderDocument | undefined, dir: string): ProviderModel {
+  if (provider && 'cluster' in provider) return { type: 'cluster', etcd: [...provider.cluster.etcd] };
+  const stateDir = provider?.local.stateDir ?? DEFAULTS.stateDir;
+  return { type: 'local', stateDir: path.resolve(dir, stateDir) };
+}
+
+function pluginRef(plugin: PluginEntry, dir: string): PluginRef {
+  const { name, options } = typeof plugin === 'string' ? { name: plugin, options: {} } : plugin;
+  return { name: isRelativePath(name) ? path.resolve(dir, name) : name, options: { ...(options ?? {}) } };
+}
+
+/** `./x.js` and `../x.js` are files next to the config; anything else is a package name. */
+export function isRelativePath(name: string): boolean {
+  return name === '.' || name === '..' || name.startsWith('./') || name.startsWith('../');
+}
+
+function layerModel(name: string, layer: LayerDocument, dir: string): LayerModel {
+  return {
+    ref: `${name}@${layer.version}`,
+    name,
+    version: layer.version,
+    kind: layer.kind,
+    source: layerSource(layer.source, dir),
+  };
+}
+
+function layerSource(source: LayerSourceDocument, dir: string): LayerSource {
+  if ('busybox' in source) {
+    return { type: 'busybox', path: path.resolve(dir, source.busybox.path ?? DEFAULTS.busyboxPath) };
+  }
+  if ('dir' in source) return { type: 'dir', path: path.resolve(dir, source.dir) };
+  return { type: 'tar', path: path.resolve(dir, source.tar) };
+}
+
+function environmentModel(
+  name: string,
+  environment: EnvironmentDocument,
+  layers: Readonly<Record<string, LayerModel>>,
+): EnvironmentModel {
+  return {
+    name,
+    layers: environment.layers.map((entry) => layers[splitRef(entry)[0]].ref),
+    env: sortKeys(environment.env ?? {}),
+    workdir: environment.workdir ?? DEFAULTS.workdir,
+    user: environment.user ?? DEFAULTS.user,
+  };
+}
+
+function fleetModel(name: string, fleet: FleetDocument): FleetModel {
+  const resources = fleet.resources ?? {};
+  const ttl = fleet.ttl ?? {};
+  return {
+    name,
+    environment: fleet.environment,
+    backend: fleet.backend ?? DEFAULTS.backend,
+    replicas: fleet.replicas,
+    resources: {
+      cpu: resources.cpu === undefined ? DEFAULTS.cpu : cpuCores(resources.cpu)!,
+      memoryMiB: resources.memory === undefined ? DEFAULTS.memoryMiB : memoryMiB(resources.memory)!,
+      pids: resources.pids ?? DEFAULTS.pids,
+    },
+    network: fleet.network ?? DEFAULTS.network,
+    qos: fleet.qos ?? DEFAULTS.qos,
+    ttl: {
+      ...(ttl.maxLifetime === undefined ? {} : { maxLifetimeSeconds: durationSeconds(ttl.maxLifetime)! }),
+      ...(ttl.idleStop === undefined ? {} : { idleStopSeconds: durationSeconds(ttl.idleStop)! }),
+    },
+    labels: sortKeys(fleet.labels ?? {}),
+    update: { maxUnavailable: fleet.update?.maxUnavailable ?? DEFAULTS.maxUnavailable },
+  };
+}
+
+function mapSorted<T, R>(map: Readonly<Record<string, T>>, build: (name: string, value: T) => R): Record<string, R> {
+  const result: Record<string, R> = {};
+  for (const name of Object.keys(map).sort()) result[name] = build(name, map[name]);
+  return result;
+}
+
+function sortKeys<T>(map: Readonly<Record<string, T>>): Record<string, T> {
+  return mapSorted(map, (_name, value) => value);
+}
