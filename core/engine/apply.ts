@@ -44,6 +44,9 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
   const result: ApplyResult = { succeeded: [], failed: [], sandboxes: { done: 0, failed: 0, skipped: 0 } };
   const context: FleetApplyContext = { plan, provider, state, dsec, limit: createLimiter(deps.parallelism ?? 10), counts: result.sandboxes };
 
+  // Before any provider call: this first write creates a never-written state
+  // file with the plan's lineage, the one every new sandbox is labelled with,
+  // so a crash from here on leaves sandboxes the next refresh can adopt.
   await state.write((current) => recordNoOps(plan, adoptLineage(current, plan.prior_state.lineage)));
 
   const run = async (change: ResourceChange, body: () => Promise<void>): Promise<boolean> => {

@@ -50,6 +50,9 @@ function flatten(value: Readonly<Record<string, unknown>> | null, prefix = '', i
   return into;
 }
 
+const isEmptyObject = (value: unknown): boolean =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) && Object.keys(value).length === 0;
+
 const show = (value: unknown): string =>
   Array.isArray(value) ? `[${value.map(show).join(', ')}]` : value === undefined ? 'null' : JSON.stringify(value);
 
@@ -85,7 +88,16 @@ function attributeLines(c: Colors, change: ResourceChange): string[] {
   const forces = (path: string): boolean =>
     change.replacePaths.some((forcing) => path === forcing.join('.') || path.startsWith(`${forcing.join('.')}.`));
   const note = (path: string): string => (forces(path) ? ` ${c.red('# forces replacement')}` : '');
-  const keys = [...new Set([...before.keys(), ...after.keys()])];
+  // `env: {}` on one side and `env.A` on the other is one change, not two.
+  const hasChildren = (map: Map<string, unknown>, key: string): boolean => [...map.keys()].some((other) => other.startsWith(`${key}.`));
+  for (const [mine, other] of [[before, after], [after, before]] as const) {
+    for (const [key, value] of mine) if (isEmptyObject(value) && hasChildren(other, key)) mine.delete(key);
+  }
+  // Attributes keep their display order; nested keys stay beside their parent.
+  const topOrder = [...new Set([...after.keys(), ...before.keys()].map((key) => key.split('.')[0]))];
+  const keys = [...new Set([...after.keys(), ...before.keys()])].sort(
+    (a, b) => topOrder.indexOf(a.split('.')[0]) - topOrder.indexOf(b.split('.')[0]) || a.localeCompare(b),
+  );
   const width = Math.max(0, ...keys.map((key) => key.length));
   const lines: string[] = [];
   for (const key of keys) {

@@ -23,7 +23,8 @@ export interface StateSession {
   /**
    * Apply `mutate` to the latest state and persist the result. Resolves with
    * the state as written, once it is on disk. The serial is bumped only when
-   * the content changed; an unchanged result writes nothing. A mutator that
+   * the content changed; an unchanged result writes nothing (except the very
+   * first write of a state never written, which creates the file). A mutator that
    * throws rejects its own write only.
    */
   write(mutate: StateMutator): Promise<StateFile>;
@@ -112,7 +113,7 @@ export class LocalStateSession implements StateSession {
         }
       }
       try {
-        if (next !== this.current) await this.persist(next);
+        if (next !== this.current || this.current.serial === 0) await this.persist(next);
       } catch (error) {
         for (const pending of applied) pending.reject(error);
         continue;
@@ -123,7 +124,10 @@ export class LocalStateSession implements StateSession {
 
   private async persist(next: StateFile): Promise<void> {
     const content = stateContent(next);
-    if (content === this.currentContent) return;
+    // Serial 0 means never written: the first write always reaches the disk,
+    // so the lineage that new sandboxes are labelled with is pinned before
+    // any of them exists (a crash after that loses no ownership).
+    if (content === this.currentContent && this.current.serial > 0) return;
     const written: StateFile = { ...next, serial: this.current.serial + 1, dsec_version: DSEC_VERSION };
     // Never put on disk a state the next read would call corrupt.
     const problem = validateState(written);
