@@ -24,6 +24,7 @@
  */
 import { createReadStream, promises as fs } from 'node:fs';
 import { join, posix } from 'node:path';
+import { pipeline, type Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import * as tar from 'tar';
 import { DsecError } from '../../core/plugin-api.js';
@@ -212,44 +213,74 @@ class ArchiveGuard {
   }
 }
 
-/** Runs node-tar over the archive and resolves once it has finished writing, with the first error seen. */
-function unpack(file: string, format: ArchiveFormat, target: string, guard: ArchiveGuard): Promise<Error | undefined> {
-  return new Promise((resolve) => {
-    let firstError: Error | undefined;
-    const fail = (error: Error) => {
-      firstError ??= error;
-    };
-    const unpacker = new tar.Unpack({
-      cwd: target,
-      strict: true,
-      preservePaths: true,
-      preserveOwner: false,
-      noMtime: true,
-      filter: (_path, entry) => guard.admit(entry as tar.ReadEntry),
-    });
-    unpacker.on('ignoredEntry', (entry: tar.ReadEntry) => {
-      if (!guard.seen.has(entry)) guard.reject(entry.path, `has an unsupported entry type (${entry.type})`);
-    });
-    unpacker.on('error', fail);
-    // 'close' comes only once every pending write has finished, so the caller
-    // may remove the staging dir without racing node-tar.
-    unpacker.on('close', () => resolve(firstError));
-    const input = createReadStream(file);
-    // pipe() does not end the destination when the source fails: end it here,
-    // or node-tar would wait forever for the rest of the archive.
-    const stop = (error: Error) => {
-      fail(error);
-      unpacker.end();
-    };
-    input.on('error', stop);
-    if (format === 'gzip') {
-      const gunzip = createGunzip();
-      gunzip.on('error', stop);
-      input.pipe(gunzip).pipe(unpacker);
-    } else {
-      input.pipe(unpacker);
-    }
+/**
+ * Runs node-tar over the archive and resolves once it has finished writing,
+ * with the first error seen. The archive is fed by hand rather than piped:
+ * Node's pipe() unpipes on the first error, and node-tar would then wait
+ * forever for the rest of the archive. Feeding stops at the first error or
+ * rejection; ending the input makes node-tar finish its pending writes and
+ * emit 'close', after which the caller may remove the staging dir without
+ * racing it.
+ */
+async function unpack(file: string, format: ArchiveFormat, target: string, guard: ArchiveGuard): Promise<Error | undefined> {
+  let firstError: Error | undefined;
+  let stopped = false;
+  let wake: (() => void) | undefined;
+  const stop = (error?: Error) => {
+    if (error) firstError ??= error;
+    stopped = true;
+    wake?.();
+  };
+  const unpacker = new tar.Unpack({
+    cwd: target,
+    strict: true,
+    preservePaths: true,
+    preserveOwner: false,
+    noMtime: true,
+    filter: (_path, entry) => {
+      const admitted = guard.admit(entry as tar.ReadEntry);
+      if (!admitted) stop();
+      return admitted;
+    },
   });
+  unpacker.on('ignoredEntry', (entry: tar.ReadEntry) => {
+    if (guard.seen.has(entry)) return;
+    guard.reject(entry.path, `has an unsupported entry type (${entry.type})`);
+    stop();
+  });
+  unpacker.on('error', stop);
+  // Tar has no length field: an archive cut right after an entry parses as a
+  // shorter valid one. Only the end-of-archive marker (two zero blocks) tells.
+  let complete = false;
+  unpacker.on('eof', () => (complete = true));
+  const closed = new Promise<void>((resolve) => unpacker.on('close', resolve));
+
+  // pipeline() destroys the gunzip stream when reading fails, so every error
+  // (read, gunzip) surfaces in the loop below.
+  const chunks: Readable =
+    format === 'gzip' ? pipeline(createReadStream(file), createGunzip(), () => undefined) : createReadStream(file);
+  try {
+    for await (const chunk of chunks) {
+      if (stopped) break;
+      if (!unpacker.write(chunk) && !stopped) {
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          unpacker.once('drain', resolve);
+        });
+        wake = undefined;
+      }
+    }
+  } catch (error) {
+    stop(error as Error);
+  } finally {
+    chunks.destroy();
+  }
+  unpacker.end();
+  await closed;
+  if (!firstError && !stopped && !complete) {
+    return new Error('it ends without the end-of-archive marker (two zero blocks)');
+  }
+  return firstError;
 }
 
 /** Gives every extracted entry the mode, owner and mtime its header declared; children before parents. */
