@@ -56,29 +56,23 @@ const isEmptyObject = (value: unknown): boolean =>
 const show = (value: unknown): string =>
   Array.isArray(value) ? `[${value.map(show).join(', ')}]` : value === undefined ? 'null' : JSON.stringify(value);
 
+/** Why the change happens, for the header line; the address is already there. */
 function comment(change: ResourceChange): string {
-  const what = change.type === 'layer' ? { create: 'will be published', delete: 'will be unpublished' } : {};
-  const replaced = change.fleet?.summary.replace ?? 0;
+  const layer = change.type === 'layer';
   switch (change.action) {
     case 'create':
-      return `${change.address} ${what.create ?? 'will be created'}${change.reason === 'create_because_missing' ? ' (the state has it, the store does not)' : ''}`;
+      return `${layer ? 'will be published' : 'will be created'}${change.reason === 'create_because_missing' ? ' (the state has it, the store does not)' : ''}`;
     case 'update':
-      return `${change.address} will be updated in-place${change.reason === 'drift' ? ' (the live sandboxes drifted from the state)' : ''}`;
+      return `will be updated in-place${change.reason === 'drift' ? ' (the live sandboxes drifted from the state)' : ''}`;
     case 'replace': {
       const why =
-        change.reason === 'replace_by_request'
-          ? ', as requested with --replace'
-          : change.reason === 'drift'
-            ? ' (failed or stopped)'
-            : '';
-      return `${change.address}: ${replaced} sandbox(es) must be replaced${why}`;
+        change.reason === 'replace_by_request' ? ', as requested with --replace' : change.reason === 'drift' ? ' (failed or stopped)' : '';
+      return `${change.fleet?.summary.replace ?? 0} sandbox(es) must be replaced${why}`;
     }
-    case 'delete': {
-      const why = change.reason === 'delete_because_no_resource_config' ? ' because it is no longer in the configuration' : '';
-      return `${change.address} ${what.delete ?? 'will be destroyed'}${why}`;
-    }
+    case 'delete':
+      return `${layer ? 'will be unpublished' : 'will be destroyed'}${change.reason === 'delete_because_no_resource_config' ? ' because it is no longer in the configuration' : ''}`;
     default:
-      return change.address;
+      return '';
   }
 }
 
@@ -157,7 +151,7 @@ export function renderPlan(plan: Plan, options: { color: boolean }): string {
   for (const [action, meaning] of LEGEND) if (used.has(action)) lines.push(`${symbol(c, action)} ${meaning}`);
   lines.push('', `dsec will perform the following actions${plan.mode === 'destroy' ? ' (destroy)' : ''}:`);
   for (const change of changes) {
-    lines.push('', c.bold(`  # ${comment(change)}`), `${symbol(c, change.action)} ${c.bold(change.address)}`);
+    lines.push('', `${symbol(c, change.action)} ${c.bold(change.address)}  ${c.dim(`# ${comment(change)}`)}`);
     lines.push(...attributeLines(c, change), ...sandboxLine(c, change));
   }
   const counts = countChanges(plan);

@@ -31,7 +31,7 @@ describe('renderPlan', () => {
     expect(text).toContain('  + create');
     expect(text).toContain('  + fleet.web');
     expect(text).toContain('  + layer.python@3.11.9');
-    expect(text).toContain('# layer.python@3.11.9 will be published');
+    expect(text).toContain('  + layer.python@3.11.9  # will be published');
     expect(text).toContain('sandboxes: +4 create, ~0 update, -/+ 0 replace (batches of 1), -0 destroy');
     expect(text).toContain('Plan: 3 to add, 0 to change, 0 to destroy.');
     expect(text).not.toMatch(/\u001b\[/);
@@ -40,7 +40,8 @@ describe('renderPlan', () => {
   it('shows a replica change as one in-place update with the changed attribute', async () => {
     const { scaled } = await samplePlans();
     const text = renderPlan(scaled, { color: false });
-    expect(text).toContain('  ~ fleet.web');
+    expect(text).toContain('  ~ fleet.web  # will be updated in-place');
+    expect(text.match(/fleet\.web/g)).toHaveLength(1);
     expect(text).toMatch(/~ replicas: +4 -> 6/);
     expect(text).toContain('sandboxes: +2 create, ~0 update, -/+ 0 replace (batches of 1), -0 destroy; 4 unchanged');
     expect(text).toContain('Plan: 0 to add, 1 to change, 0 to destroy.');
@@ -49,7 +50,7 @@ describe('renderPlan', () => {
   it('marks the attribute that forces a replacement', async () => {
     const { replaced } = await samplePlans();
     const text = renderPlan(replaced, { color: false });
-    expect(text).toContain('-/+ fleet.web');
+    expect(text).toContain('-/+ fleet.web  # 4 sandbox(es) must be replaced');
     expect(text).toMatch(/~ environment: +"py" -> "py312" # forces replacement/);
     expect(text).toContain('-/+ 4 replace (batches of 1)');
     expect(text).toContain('Plan: 2 to add, 0 to change, 1 to destroy.');
@@ -59,7 +60,7 @@ describe('renderPlan', () => {
     const { destroyed } = await samplePlans();
     const text = renderPlan(destroyed, { color: false });
     expect(text).toContain('  - fleet.web');
-    expect(text).toContain('# layer.tools@1.0.0 will be unpublished');
+    expect(text).toContain('  - layer.tools@1.0.0  # will be unpublished');
     expect(text).toContain('Plan: 0 to add, 0 to change, 3 to destroy.');
   });
 
