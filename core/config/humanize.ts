@@ -127,11 +127,17 @@ const NAME_KIND: Record<string, string> = {
   labels: 'label key',
 };
 
-/** YAML turns `1.0`, `yes`, `8080` into numbers and booleans; a string field then needs quotes. */
+/**
+ * YAML reads `8080` or `true` as a number or boolean; a string field then
+ * needs quotes. Only said when the quoted value would be right (quoting
+ * `version: 1.0` would not make it a semantic version).
+ */
 function quoteHint(e: ErrorObject, parent: SchemaNode): string {
   const wantsString = parent.type === 'string';
   const isScalar = typeof e.data === 'number' || typeof e.data === 'boolean';
-  return e.keyword === 'type' && wantsString && isScalar && !/quote/.test(parent.errorMessage ?? '')
+  const pattern = typeof parent.pattern === 'string' ? new RegExp(parent.pattern, 'u') : undefined;
+  const quotedFits = !pattern || pattern.test(String(e.data));
+  return e.keyword === 'type' && wantsString && isScalar && quotedFits && !/quote/.test(parent.errorMessage ?? '')
     ? ' (quote it to make it a string)'
     : '';
 }

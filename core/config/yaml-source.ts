@@ -80,7 +80,10 @@ function findNode(doc: Document, segments: readonly string[], at: 'key' | 'value
       if (!pair) return node;
       const key = pair.key as Node | undefined;
       if (last && at === 'key') return key ?? node;
-      node = (pair.value as Node | null) ?? key ?? node;
+      const value = pair.value as Node | null;
+      // `name:` with nothing after it: point at the name, not at the empty spot after the colon.
+      const empty = !value || (isScalar(value) && !!value.range && value.range[0] === value.range[1]);
+      node = (empty ? key : value) ?? node;
     } else if (isSeq(node)) {
       const item = node.items[Number(segment)] as Node | undefined;
       if (!item) return node;

@@ -143,7 +143,7 @@ const CASES: Record<string, Case> = {
     code: 'DSEC_CONFIG_INVALID_VALUE',
     path: '/layers/base/version',
     at: ['version: 1.0\n', '1.0'],
-    message: /expected a semantic version MAJOR\.MINOR\.PATCH like 1\.2\.3.*, got 1\.0/,
+    message: /expected a semantic version MAJOR\.MINOR\.PATCH like 1\.2\.3.*, got 1\.0$/,
   },
   'a version that is a word (latest)': {
     from: 'version: 1.0.0',
@@ -289,6 +289,22 @@ const CASES: Record<string, Case> = {
     path: '/layers/hello/kind',
     at: ['kind: tools', 'tools'],
     message: /^expected one of 'base', 'workspace', 'toolkit', got 'tools'$/,
+  },
+  'an environment with nothing under its name, at the name': {
+    from: '  shell:\n    layers: [base, hello]\n    env: { GREETING: hi }\n',
+    to: '  shell:\n',
+    code: 'DSEC_CONFIG_INVALID_VALUE',
+    path: '/environments/shell',
+    at: ['  shell:\n', 'shell'],
+    message: /^expected a mapping, got an empty value$/,
+  },
+  'an empty layer list': {
+    from: 'layers: [base, hello]',
+    to: 'layers: []',
+    code: 'DSEC_CONFIG_INVALID_VALUE',
+    path: '/environments/shell/layers',
+    at: ['layers: []', '[]'],
+    message: /^expected a list of layer names, bottom to top, starting with the base layer, got a list of 0 item\(s\)$/,
   },
   'a config format version other than 1': {
     from: 'version: 1\n',
