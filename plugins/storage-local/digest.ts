@@ -16,8 +16,8 @@
 import { createHash } from 'node:crypto';
 import { createReadStream, promises as fs, type BigIntStats } from 'node:fs';
 import { join } from 'node:path';
-import { DsecError } from '../../core/plugin-api.js';
-import { mapLimit } from './fsutil.js';
+import { DsecError, isDsecError } from '../../core/plugin-api.js';
+import { isErrno, mapLimit } from './fsutil.js';
 
 /** Bumped when the listing format changes: old cached digests then no longer match. */
 export const LISTING_VERSION = 'dsec-layer-listing 1';
@@ -77,11 +77,32 @@ export async function walkTree(root: string, ref: string): Promise<TreeEntry[]> 
   try {
     rootStat = await fs.stat(root, { bigint: true });
   } catch (error) {
-    throw new DsecError('DSEC_LAYER_SOURCE', { ref, message: `directory ${root} does not exist` }, { cause: error });
+    const message = isErrno(error, 'ENOENT', 'ENOTDIR')
+      ? `directory ${root} does not exist`
+      : `cannot read directory ${root}: ${(error as Error).message}`;
+    throw new DsecError('DSEC_LAYER_SOURCE', { ref, message }, { cause: error });
   }
   if (!rootStat.isDirectory()) {
     throw new DsecError('DSEC_LAYER_SOURCE', { ref, message: `${root} is not a directory` });
   }
+  try {
+    return await walkDirectory(root, ref);
+  } catch (error) {
+    throw changedWhileRead(root, ref, error);
+  }
+}
+
+/** A raw filesystem error while reading a source: it most likely changed under us. */
+function changedWhileRead(root: string, ref: string, error: unknown): Error {
+  if (isDsecError(error)) return error;
+  return new DsecError(
+    'DSEC_LAYER_SOURCE',
+    { ref, message: `reading ${root} failed (did it change while being read?): ${(error as Error).message}` },
+    { cause: error },
+  );
+}
+
+async function walkDirectory(root: string, ref: string): Promise<TreeEntry[]> {
   const entries: TreeEntry[] = [];
   const pending: string[] = [''];
   while (pending.length > 0) {
@@ -135,8 +156,13 @@ export function digestOfListing(listing: string): string {
 }
 
 /** Digest entries already walked from `root`. */
-export async function digestEntries(root: string, entries: readonly TreeEntry[]): Promise<TreeDigest> {
-  const listing = await listingOf(root, entries);
+export async function digestEntries(root: string, entries: readonly TreeEntry[], ref: string): Promise<TreeDigest> {
+  let listing: string;
+  try {
+    listing = await listingOf(root, entries);
+  } catch (error) {
+    throw changedWhileRead(root, ref, error);
+  }
   let sizeBytes = 0;
   for (const entry of entries) sizeBytes += entry.size;
   return { digest: digestOfListing(listing), listing, entries: entries.length, sizeBytes };
@@ -144,7 +170,7 @@ export async function digestEntries(root: string, entries: readonly TreeEntry[])
 
 /** Walk and digest the tree at `root`. */
 export async function digestTree(root: string, ref: string): Promise<TreeDigest> {
-  return digestEntries(root, await walkTree(root, ref));
+  return digestEntries(root, await walkTree(root, ref), ref);
 }
 
 /** `sha256:<hex>` -> `<hex>`, refusing anything else (it becomes a directory name). */

@@ -67,7 +67,7 @@ async function digestLayer(store: LayerStore, layer: LayerModel): Promise<string
     const entries = await walkTree(layer.source.path, layer.ref);
     const rootStat = await fs.stat(layer.source.path, { bigint: true });
     const signature = signTree(cacheKey(layer), rootStat, entries);
-    return cached(store, signature, async () => (await digestEntries(layer.source.path, entries)).digest);
+    return cached(store, signature, async () => (await digestEntries(layer.source.path, entries, layer.ref)).digest);
   }
   const signature = await signFile(cacheKey(layer), layer.source.path);
   return cached(store, signature, async () => {
