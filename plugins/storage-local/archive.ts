@@ -193,6 +193,8 @@ class ArchiveGuard {
     if (linkpath.startsWith('/') || resolved === '..' || resolved.startsWith('../')) {
       return `is a hard link to ${linkpath}, outside the archive root`;
     }
+    // Archivers name link targets by their member path, which never holds '..'.
+    if (components(linkpath).includes('..')) return `is a hard link to ${linkpath}, which has a '..' component`;
     const parts = components(resolved);
     const target = parts.join('/');
     const via = this.throughSymlink(parts);

@@ -279,8 +279,9 @@ export class LayerStore {
     });
   }
 
-  /** Forget that a sandbox uses its layers. Idempotent. */
+  /** Forget that a sandbox uses its layers. Idempotent; an id `resolve` would refuse never has a record. */
   async release(sandboxId: string): Promise<void> {
+    if (!SAFE_SANDBOX_ID.test(sandboxId)) return;
     const file = this.inUsePath(sandboxId);
     await this.locked(async () => {
       await fs.rm(file, { force: true });

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
@@ -87,6 +88,14 @@ describe('unsafe archives', () => {
       /outside the archive root/,
     );
     expect((await fs.stat(secret)).nlink).toBe(1);
+  });
+
+  it("rejects a hard link whose target has a '..' component even when it stays inside", async () => {
+    await expectRejected(
+      [{ path: 'd/', type: '5' }, { path: 'x', content: 'x' }, { path: 'l', type: '1', linkpath: 'd/../x' }],
+      'l',
+      /'\.\.' component/,
+    );
   });
 
   it('rejects a hard link to an absolute path', async () => {
@@ -214,6 +223,23 @@ describe('safe archives', () => {
     expect((await fs.lstat(tree)).mode & 0o7777).toBe(0o755);
     expect(await ws.digest(layer)).toBe(record.digest);
   });
+
+  it.each(['gnu', 'pax'])(
+    'gives an archive GNU tar made in %s format (long names, hard links, setgid) the digest of its tree',
+    async (format) => {
+      const dir = await writeTree(join(ws.root, 'src'), { 'etc/passwd': 'root:x:0:0::/root:/bin/sh\n', 'etc/group': 'root:x:0:\n' });
+      const deep = join(dir, 'x'.repeat(60), 'y'.repeat(60));
+      await writeTree(deep, { [`long-name-${'q'.repeat(80)}`]: 'long\n' });
+      await fs.symlink(`/${'w'.repeat(150)}`, join(dir, 'long-link'));
+      await fs.link(join(dir, 'etc/passwd'), join(dir, 'etc/passwd-'));
+      await fs.chmod(join(dir, 'etc/group'), 0o2640);
+      const archive = join(ws.root, `src-${format}.tgz`);
+      execFileSync('tar', [`--format=${format}`, '-C', dir, '-czf', archive, '.']);
+      const fromDir = await ws.digest(layerModel('src@1.0.0', { type: 'dir', path: dir }));
+      const record = await ws.publish(layerModel('src@1.0.0', { type: 'tar', path: archive }));
+      expect(record.digest).toBe(fromDir);
+    },
+  );
 
   it('gives a tree the same digest whether it comes from a directory or from a tar.gz of it', async () => {
     const dir = await writeTree(join(ws.root, 'src'), { 'etc/conf': 'x=1\n', 'bin/run': '#!/bin/sh\n' });
