@@ -222,7 +222,8 @@ export class NodeAgent {
     const id = checkSandboxId(idInput);
     const entry = this.store.get(id);
     if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-    await this.probe(entry);
+    // One sandbox is cheap to ask about: always fresh.
+    await this.probe(entry, { fresh: true });
     return toInfo(entry);
   }
 
@@ -295,12 +296,14 @@ export class NodeAgent {
   }
 
   /** Ask the backend what became of a sandbox we believe is up; a vanished one becomes `stopped`. */
-  private async probe(entry: SandboxEntry, options: { force?: boolean } = {}): Promise<void> {
+  private async probe(entry: SandboxEntry, options: { force?: boolean; fresh?: boolean } = {}): Promise<void> {
     const { ctx } = entry;
     const up = ctx.status === 'running' || ctx.status === 'paused';
     if (!up && !(options.force && ctx.status === 'stopped')) return;
+    // `force`: the caller holds the lock; otherwise an operation in flight knows better.
     if (this.store.isBusy(ctx.spec.id) && !options.force) return;
-    if (!options.force && entry.probedAt !== undefined && Date.now() - entry.probedAt < PROBE_TTL_MS) return;
+    const recent = entry.probedAt !== undefined && Date.now() - entry.probedAt < PROBE_TTL_MS;
+    if (recent && !options.force && !options.fresh) return;
     const hook = this.dsec.hooks.probe.get(ctx.spec.backend);
     if (!hook || !hook.isUsed()) return;
     try {

@@ -150,9 +150,13 @@ function readFileSafe(file: string): string {
   }
 }
 
-// A stray rejection in a background task is logged, never fatal.
+// A bug in one request's handling must not take every sandbox's API down:
+// log it and keep serving (the records on disk stay the truth either way).
 process.on('unhandledRejection', (reason) => {
   process.stderr.write(`${new Date().toISOString()} warn  unhandled rejection: ${(reason as Error)?.stack ?? String(reason)}\n`);
+});
+process.on('uncaughtException', (error) => {
+  process.stderr.write(`${new Date().toISOString()} error uncaught exception (agent keeps running): ${error.stack ?? error.message}\n`);
 });
 
 main().catch((error: Error) => {

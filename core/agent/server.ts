@@ -212,8 +212,9 @@ function send(res: http.ServerResponse, status: number, value: unknown): void {
 function sendError(res: http.ServerResponse, status: number, error: DsecError): void {
   if (status === 413) {
     // Stop reading the rest of an oversized upload: answer, then hang up.
+    const socket = res.req.socket;
     res.setHeader('connection', 'close');
-    res.on('finish', () => res.req.socket.destroy());
+    res.on('finish', () => socket?.destroy());
   }
   send(res, status, { error: { code: error.code, message: error.message, params: error.params } });
 }

@@ -2,23 +2,37 @@
  * Running one command in a sandbox with `runc exec`, with its output capped
  * and its run time bounded.
  *
- * Pipes are safe here (unlike for `runc run`): runc exec exits when the
- * exec'd process exits. But a process the command put in the background can
- * keep the pipes open for ever, so the result is settled on runc's exit plus
- * a short drain, and the pipes are then closed on our side.
+ * The plumbing, and why: runc exec (without --detach) copies the process's
+ * stdout/stderr through pipes of its own and exits only when those reach
+ * end-of-file, so a command leaving a process in the background would keep
+ * runc, and us, waiting for ever. With --detach nobody reaps the process
+ * (it is re-parented outside the sandbox) and its exit status is lost. So
+ * runc runs a small shell wrapper in the foreground (runc is its reaper and
+ * reports its status), and the command's stdout and stderr go straight into
+ * our pipes, passed as fds 3 and 4 (--preserve-fds) and closed in the
+ * wrapper before it exits. runc's own stderr then carries only runc's errors.
  */
 import { spawn } from 'node:child_process';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
+import type { Readable } from 'node:stream';
 import type { ExecRequest, ExecResult } from '../../core/plugin-api.js';
 import type { Runtime } from './runtime.js';
 
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 export const DEFAULT_OUTPUT_CAP_BYTES = 1024 * 1024;
-/** How long output may still arrive after runc exited before the pipes are cut. */
+/** How long output may still arrive after the command exited before the pipes are cut. */
 const DRAIN_MS = 100;
-/** After a timeout kill, how long runc gets to notice before it is killed too. */
+/** After a timeout kill, how long runc gets to report before it is killed too. */
 const RUNTIME_KILL_GRACE_MS = 5_000;
+
+/** Runs "$@" with stdout on fd 3 and stderr on fd 4, then exits with its status. */
+export const EXEC_WRAPPER = Object.freeze([
+  '/bin/sh',
+  '-c',
+  '"$@" >&3 2>&4 3>&- 4>&-; status=$?; exec 3>&- 4>&-; exit $status',
+  'dsec-exec',
+]);
 
 export interface ExecOptions {
   readonly containerId: string;
@@ -53,7 +67,10 @@ export function execArgs(options: ExecOptions): string[] {
   const { request } = options;
   const envFlags = Object.entries(request.env ?? {}).flatMap(([key, value]) => ['--env', `${key}=${value}`]);
   const cwdFlags = request.workdir ? ['--cwd', request.workdir] : [];
-  return ['exec', '--pid-file', options.pidFile, ...envFlags, ...cwdFlags, options.containerId, ...request.cmd];
+  return [
+    'exec', '--preserve-fds', '2', '--pid-file', options.pidFile,
+    ...envFlags, ...cwdFlags, options.containerId, ...EXEC_WRAPPER, ...request.cmd,
+  ];
 }
 
 export function execInContainer(runtime: Runtime, options: ExecOptions): Promise<ExecResult> {
@@ -63,16 +80,21 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
   const started = performance.now();
   const stdout = new CappedBuffer(cap);
   const stderr = new CappedBuffer(cap);
+  const runtimeErrors = new CappedBuffer(64 * 1024);
   const hasStdin = request.stdin !== undefined;
 
   return new Promise<ExecResult>((resolve, reject) => {
-    const child = spawn(runtime.path, execArgs(options), { stdio: [hasStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+    const child = spawn(runtime.path, execArgs(options), {
+      stdio: [hasStdin ? 'pipe' : 'ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
+    });
+    const [, , runcErr, out, err] = child.stdio as unknown as [unknown, unknown, Readable, Readable, Readable];
     let timedOut = false;
     let settled = false;
     let runtimeKillTimer: NodeJS.Timeout | undefined;
 
-    child.stdout!.on('data', (chunk: Buffer) => stdout.push(chunk));
-    child.stderr!.on('data', (chunk: Buffer) => stderr.push(chunk));
+    out.on('data', (chunk: Buffer) => stdout.push(chunk));
+    err.on('data', (chunk: Buffer) => stderr.push(chunk));
+    runcErr.on('data', (chunk: Buffer) => runtimeErrors.push(chunk));
     if (hasStdin) {
       child.stdin!.on('error', () => {}); // the command may exit without reading its input
       child.stdin!.end(request.stdin);
@@ -81,7 +103,7 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
     const timer = setTimeout(() => {
       timedOut = true;
       void killExecTree(options.pidFile).then((killed) => {
-        // No pid yet (runc still starting the process) or runc not noticing: kill runc itself.
+        // No pid yet (runc still starting the process): kill runc itself.
         if (!killed) child.kill('SIGKILL');
         runtimeKillTimer = setTimeout(() => child.kill('SIGKILL'), RUNTIME_KILL_GRACE_MS);
       });
@@ -95,17 +117,19 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
       }
     });
 
-    child.on('exit', (code, runtimeSignal) => {
+    child.on('exit', (code) => {
       clearTimeout(timer);
       clearTimeout(runtimeKillTimer);
       const finish = () => {
         if (settled) return;
         settled = true;
-        child.stdout!.destroy();
-        child.stderr!.destroy();
+        for (const stream of [out, err, runcErr]) stream.destroy();
         void rm(options.pidFile, { force: true });
+        const runcSaid = runtimeErrors.text().trim();
+        // A failing runc speaks on its own stderr; the command's go to fd 4.
+        if (code !== 0 && runcSaid && !timedOut) return reject(new Error(`runc exec exited ${code}: ${runcSaid}`));
         resolve({
-          ...exitStatus(code, runtimeSignal, timedOut),
+          ...exitStatus(code, timedOut),
           stdout: stdout.text(),
           stderr: stderr.text(),
           truncated: stdout.truncated || stderr.truncated,
@@ -113,23 +137,31 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
           durationMs: Math.round(performance.now() - started),
         });
       };
+      // Output written just before the exit may still be in flight; background processes may hold the pipes for ever.
+      let open = 2;
       const drain = setTimeout(finish, DRAIN_MS);
-      child.on('close', () => {
-        clearTimeout(drain);
-        finish();
-      });
+      const closed = () => {
+        if (--open === 0) {
+          clearTimeout(drain);
+          finish();
+        }
+      };
+      for (const stream of [out, err]) {
+        if (stream.readableEnded || stream.destroyed) closed();
+        else stream.once('close', closed);
+      }
     });
   });
 }
 
 /**
- * runc reports a process killed by signal N as exit status 128+N, the shell
- * convention; `signal` is filled from it (so an `exit 137` also reads SIGKILL).
+ * The shell (and runc) report a command killed by signal N as exit status
+ * 128+N; `signal` is filled from it (so an `exit 137` also reads SIGKILL).
  */
-export function exitStatus(code: number | null, runtimeSignal: NodeJS.Signals | null, timedOut: boolean) {
+export function exitStatus(code: number | null, timedOut: boolean): { exitCode: number | null; signal: string | null } {
   if (timedOut) return { exitCode: code, signal: 'SIGKILL' };
-  if (runtimeSignal) return { exitCode: null, signal: runtimeSignal as string };
-  if (code !== null && code > 128 && code <= 128 + 64) {
+  if (code === null) return { exitCode: null, signal: 'SIGKILL' };
+  if (code > 128 && code <= 128 + 64) {
     const name = Object.entries(osConstants.signals).find(([, number]) => number === code - 128)?.[0];
     return { exitCode: code, signal: name ?? null };
   }
@@ -142,6 +174,8 @@ export function exitStatus(code: number | null, runtimeSignal: NodeJS.Signals | 
  * forks away while we look), then kill it. Returns false if there was no pid yet.
  */
 async function killExecTree(pidFile: string): Promise<boolean> {
+  // runc writes the pid file just before it exits; a timeout that fires earlier waits for it.
+  for (let i = 0; i < 100 && !(await readFile(pidFile, 'utf8').catch(() => '')); i++) await new Promise((r) => setTimeout(r, 20));
   const pid = Number.parseInt(await readFile(pidFile, 'utf8').catch(() => ''), 10);
   if (!Number.isInteger(pid) || pid <= 1) return false;
   let tree = new Set<number>([pid]);

@@ -28,7 +28,9 @@ const FIXED_LAYERS_PLUGIN = path.join(REPO, 'test/helpers/fixed-layers-plugin.mj
 const STORAGE_LOCAL_BUILT = path.join(REPO, 'dist/plugins/storage-local/index.js');
 
 export interface TestAgentOptions {
-  /** Extra plugins (loaded after the container backend and the layer source). */
+  /** The backend plugins to load. @default backend-container (with `backendOptions`) */
+  readonly backends?: readonly PluginRef[];
+  /** Extra plugins (loaded after the backends and the layer source). */
   readonly plugins?: readonly PluginRef[];
   /** Use the storage-local plugin (default: when it is built) or the hand-made tree. */
   readonly storage?: 'storage-local' | 'fixed';
@@ -63,7 +65,7 @@ export class TestAgent {
     const tmp = realpathSync(mkdtempSync(path.join(tmpdir(), 'dsec-agent-')));
     const root = path.join(tmp, 'agent');
     const storage = options.storage ?? (existsSync(STORAGE_LOCAL_BUILT) ? 'storage-local' : 'fixed');
-    const plugins: PluginRef[] = [{ name: 'backend-container', options: options.backendOptions ?? {} }];
+    const plugins: PluginRef[] = [...(options.backends ?? [{ name: 'backend-container', options: options.backendOptions ?? {} }])];
     let fixedLayers: Record<string, string> = {};
     if (storage === 'storage-local') plugins.unshift({ name: 'storage-local', options: {} });
     else {

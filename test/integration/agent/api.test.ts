@@ -1,0 +1,159 @@
+/**
+ * The agent's API: who may reach it, how it refuses bad requests (and keeps
+ * serving), and how it reports refused and failed creates.
+ */
+import { mkdirSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startAgentDaemon } from '../../../core/agent/daemon.js';
+import type { SandboxSpec } from '../../../core/live.js';
+import { mountPointsUnder, REPO, runcContainers, TestAgent } from '../../helpers/agent-fixture.js';
+
+let agent: TestAgent;
+
+function spec(id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
+  return {
+    id,
+    backend: 'container',
+    layers: [agent.baseLayer],
+    env: {},
+    workdir: '/',
+    user: 'root',
+    resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
+    network: 'none',
+    qos: 'best-effort',
+    labels: {},
+    ...extra,
+  };
+}
+
+/** A raw request on the socket, for what the typed client would never send. */
+function raw(method: string, urlPath: string, body?: string | Buffer): Promise<{ status: number; json: any }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ socketPath: agent.socket, method, path: urlPath, headers: { 'content-type': 'application/json' } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString('utf8') || 'null') }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+beforeAll(async () => {
+  agent = await TestAgent.start({ plugins: [{ name: path.join(REPO, 'test/helpers/refuse-plugin.mjs'), options: {} }] });
+});
+
+afterAll(async () => {
+  await agent?.dispose();
+});
+
+describe('agent API', () => {
+  it('listens on a Unix socket only root can use, in a private folder', () => {
+    expect(statSync(agent.socket).isSocket()).toBe(true);
+    expect(statSync(agent.socket).mode & 0o777).toBe(0o600);
+    expect(statSync(agent.root).mode & 0o777).toBe(0o700);
+  });
+
+  it('answers malformed requests with 400 and a clear message, and keeps serving', async () => {
+    const bad = await raw('POST', '/v1/sandboxes', '{"spec": ');
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.code).toBe('DSEC_AGENT_REQUEST');
+    expect(bad.json.error.message).toMatch(/not valid JSON/);
+    const notObject = await raw('POST', '/v1/sandboxes', '[1,2]');
+    expect(notObject.status).toBe(400);
+    const badSpec = await raw('POST', '/v1/sandboxes', JSON.stringify({ spec: { id: 'Bad_Id', backend: 'container', layers: [] } }));
+    expect(badSpec).toMatchObject({ status: 400, json: { error: { code: 'DSEC_AGENT_REQUEST' } } });
+    expect(badSpec.json.error.message).toMatch(/sandbox id "Bad_Id" must match/);
+    const incomplete = await raw('POST', '/v1/sandboxes', JSON.stringify({ spec: { id: 'ok-id', backend: 'container', layers: 'x', resources: { cpu: -1 } } }));
+    expect(incomplete.json.error.message).toMatch(/layers must be an array.*resources.cpu must be a number > 0/);
+    const badExec = await raw('POST', '/v1/sandboxes/nope/exec', JSON.stringify({ cmd: [] }));
+    expect(badExec.json.error.message).toMatch(/cmd must be a non-empty array/);
+    expect((await raw('GET', '/v1/nothing-here')).status).toBe(404);
+    expect((await raw('PUT', '/v1/sandboxes')).status).toBe(405);
+    expect((await raw('GET', '/v1/sandboxes/%E0%A4%A')).status).toBe(400);
+    await expect(agent.client.health()).resolves.toMatchObject({ ok: true });
+  });
+
+  it('refuses request bodies over 8 MiB with 413', async () => {
+    const huge = await raw('POST', '/v1/sandboxes', Buffer.alloc(9 * 1024 * 1024, 0x20)).catch((error: Error) => ({ status: -1, json: error.message }));
+    // The agent answers 413 and hangs up; depending on timing the client sees the answer or the reset.
+    expect([413, -1]).toContain(huge.status);
+    await expect(agent.client.health()).resolves.toMatchObject({ ok: true });
+  });
+
+  it('names the known backends when a spec asks for an unknown one', async () => {
+    const error = await agent.client.createSandbox(spec('unknown-backend', { backend: 'teleporter' })).catch((e) => e);
+    expect(error).toMatchObject({ code: 'DSEC_BACKEND_UNKNOWN', message: 'no plugin provides backend teleporter (have: container)' });
+    await expect(agent.client.getSandbox('unknown-backend')).rejects.toMatchObject({ code: 'DSEC_SANDBOX_NOT_FOUND' });
+  });
+
+  it('reports which plugin refused a sandbox at admission, and leaves nothing of it', async () => {
+    const error = await agent.client.createSandbox(spec('refused', { labels: { refuse: 'node is full' } })).catch((e) => e);
+    expect(error).toMatchObject({ code: 'DSEC_ADMISSION_REFUSED', message: 'sandbox refused was refused by test-refuse: node is full' });
+    expect(runcContainers()).not.toContain(agent.containerId('refused'));
+    const listed = await agent.client.getSandbox('refused');
+    expect(listed).toMatchObject({ status: 'failed', error: expect.stringContaining('node is full') });
+    await agent.client.destroySandbox('refused');
+  });
+
+  it('keeps a failed create as failed with its error, cleaned up, until it is destroyed or created again', async () => {
+    if (agent.layerDirs['busybox@1.0.0']) return; // needs storage-local to publish a second layer
+    const empty = path.join(agent.tmp, 'no-shell');
+    mkdirSync(path.join(empty, 'etc'), { recursive: true });
+    writeFileSync(path.join(empty, 'etc/motd'), 'no shell here\n');
+    const noShell = await agent.client.publishLayer({ ref: 'no-shell@1.0.0', name: 'no-shell', version: '1.0.0', kind: 'base', source: { type: 'dir', path: empty } });
+    const error = await agent.client.createSandbox(spec('broken', { layers: [noShell] })).catch((e) => e);
+    expect(error).toMatchObject({ code: 'DSEC_BACKEND_FAILED' });
+    expect(error.message).toMatch(/failed to provision sandbox broken: the layers have no \/bin\/sh/);
+    const failed = await agent.client.getSandbox('broken');
+    expect(failed).toMatchObject({ status: 'failed', error: expect.stringContaining('/bin/sh') });
+    expect(mountPointsUnder(path.join(agent.root, 'sandboxes/broken'))).toEqual([]);
+    expect(runcContainers()).not.toContain(agent.containerId('broken'));
+
+    const fixed = await agent.client.createSandbox(spec('broken'));
+    expect(fixed.status).toBe('running');
+    await agent.client.destroySandbox('broken');
+    await agent.client.unpublishLayer('no-shell', '1.0.0');
+  });
+
+  it('refuses to unpublish a layer a sandbox uses', async () => {
+    await agent.client.createSandbox(spec('layer-user'));
+    const error = await agent.client.unpublishLayer(agent.baseLayer.name, agent.baseLayer.version).catch((e) => e);
+    expect(error).toMatchObject({ code: 'DSEC_LAYER_IN_USE', message: `layer ${agent.baseLayer.name}@${agent.baseLayer.version} is used by sandbox layer-user` });
+    await agent.client.destroySandbox('layer-user');
+  });
+
+  it('answers exec and update on a missing sandbox with DSEC_SANDBOX_NOT_FOUND', async () => {
+    await expect(agent.client.exec('ghost', { cmd: ['true'] })).rejects.toMatchObject({ code: 'DSEC_SANDBOX_NOT_FOUND', message: 'no sandbox ghost' });
+    await expect(agent.client.updateSandbox('ghost', { memoryMiB: 100 })).rejects.toMatchObject({ code: 'DSEC_SANDBOX_NOT_FOUND' });
+    expect(await agent.client.destroySandbox('ghost')).toEqual({ id: 'ghost', existed: false });
+  });
+
+  it('filters sandboxes by labels', async () => {
+    await agent.client.createSandbox(spec('lab-1', { labels: { fleet: 'a', tier: 'x' } }));
+    await agent.client.createSandbox(spec('lab-2', { labels: { fleet: 'b', tier: 'x' } }));
+    try {
+      expect((await agent.client.listSandboxes({ tier: 'x' })).map((s) => s.id)).toEqual(['lab-1', 'lab-2']);
+      expect((await agent.client.listSandboxes({ fleet: 'b', tier: 'x' })).map((s) => s.id)).toEqual(['lab-2']);
+      expect(await agent.client.listSandboxes({ fleet: 'c' })).toEqual([]);
+    } finally {
+      await agent.client.destroySandbox('lab-1');
+      await agent.client.destroySandbox('lab-2');
+    }
+  });
+
+  it('does not start a second agent on a root that already has one', async () => {
+    const before = await agent.pid();
+    const again = await startAgentDaemon({ root: agent.root, builtins: false });
+    expect(again.pid).toBe(before);
+  });
+
+  it('describes the node', async () => {
+    const node = await agent.client.node();
+    expect(node).toMatchObject({ backends: ['container'], agentVersion: expect.any(String), pid: await agent.pid() });
+    expect(node.capacity.cpu).toBeGreaterThan(0);
+    expect(node.capacity.memoryMiB).toBeGreaterThan(0);
+  });
+});
