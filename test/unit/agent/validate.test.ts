@@ -1,0 +1,49 @@
+/**
+ * The agent re-checks what callers send and reports every problem at once.
+ */
+import { describe, expect, it } from 'vitest';
+import { checkExecRequest, checkResources, checkSpec } from '../../../core/agent/validate.js';
+
+describe('agent request validation', () => {
+  it('fills the defaults of a minimal spec', () => {
+    expect(checkSpec({ id: 'a-1', backend: 'container', layers: [{ name: 'b', version: '1.0.0', digest: 'sha256:x' }] })).toEqual({
+      id: 'a-1',
+      backend: 'container',
+      layers: [{ name: 'b', version: '1.0.0', digest: 'sha256:x' }],
+      env: {},
+      workdir: '/',
+      user: 'root',
+      resources: { cpu: 1, memoryMiB: 256, pids: 256 },
+      network: 'none',
+      qos: 'best-effort',
+      labels: {},
+    });
+  });
+
+  it('refuses ids that are not DNS-label-like', () => {
+    for (const id of ['', 'Upper', '-lead', 'a'.repeat(64), 'a_b', '../x']) {
+      expect(() => checkSpec({ id, backend: 'container', layers: [] }), id).toThrow(expect.objectContaining({ code: 'DSEC_AGENT_REQUEST' }));
+    }
+  });
+
+  it('lists every problem of a spec in one error', () => {
+    expect(() =>
+      checkSpec({ id: 'ok', backend: '', layers: [{}], workdir: 'rel', user: 'a b', network: 'host', qos: 'gold', env: { '1X': 'y' }, resources: { cpu: 0, pids: 1.5, gpu: 1 } }),
+    ).toThrow(
+      'the node agent refused the request: backend must be a non-empty string; layers[0] must be {name, version, digest}; workdir must be an absolute path; ' +
+        'user must be a name or uid, optionally :group; network must be "none", not "host"; qos must be "best-effort" or "latency-sensitive"; ' +
+        'env name "1X" is not a valid variable name; resources: unknown field(s) gpu; resources.cpu must be a number > 0; resources.pids must be a whole number >= 1',
+    );
+  });
+
+  it('merges a partial resources change over the current one', () => {
+    expect(checkResources({ memoryMiB: 512 }, { cpu: 2, memoryMiB: 256, pids: 64 })).toEqual({ cpu: 2, memoryMiB: 512, pids: 64 });
+  });
+
+  it('checks exec requests', () => {
+    expect(checkExecRequest({ cmd: ['ls'], timeoutMs: 5 })).toEqual({ cmd: ['ls'], timeoutMs: 5 });
+    expect(() => checkExecRequest({ cmd: 'ls', maxOutputBytes: -1, workdir: 'tmp' })).toThrow(
+      'cmd must be a non-empty array of strings; workdir must be an absolute path; maxOutputBytes must be a whole number >= 0',
+    );
+  });
+});
