@@ -50,23 +50,22 @@ export async function applyFleetChange(change: ResourceChange, context: FleetApp
     recordSandboxes(dropSandboxes(current, name, fleet.forget ?? []), name, fleet.adopt ?? [], desired),
   );
 
-  const runOne = (operation: SandboxOperation): Promise<Error | null> =>
-    context.limit(async () => {
-      let error: Error | null = null;
-      try {
-        await execute(operation, name, desired, context);
-        context.counts.done += 1;
-      } catch (thrown) {
-        error = thrown instanceof Error ? thrown : new Error(String(thrown));
-        context.counts.failed += 1;
-      }
-      try {
-        context.dsec.hooks.sandboxOperation.call(name, operation, error);
-      } catch (thrown) {
-        context.dsec.log.warn(`a sandboxOperation tap threw: ${(thrown as Error).message}`);
-      }
-      return error;
-    });
+  const runOne = async (operation: SandboxOperation): Promise<Error | null> => {
+    let error: Error | null = null;
+    try {
+      await execute(operation, name, desired, context);
+      context.counts.done += 1;
+    } catch (thrown) {
+      error = thrown instanceof Error ? thrown : new Error(String(thrown));
+      context.counts.failed += 1;
+    }
+    try {
+      context.dsec.hooks.sandboxOperation.call(name, operation, error);
+    } catch (thrown) {
+      context.dsec.log.warn(`a sandboxOperation tap threw: ${(thrown as Error).message}`);
+    }
+    return error;
+  };
 
   const errors: Error[] = [];
   const direct = fleet.operations.filter((operation) => operation.op !== 'replace');
@@ -105,28 +104,36 @@ export async function applyFleetChange(change: ResourceChange, context: FleetApp
   );
 }
 
+/**
+ * One operation: provider calls inside the shared limiter, state writes
+ * outside it. A slot is freed as soon as the cluster answered, and the
+ * operations finishing meanwhile share the next state write (group commit),
+ * so a big state file does not throttle the cluster work.
+ */
 async function execute(
   operation: SandboxOperation,
   fleet: string,
   desired: FleetAttributes | undefined,
-  { provider, state }: FleetApplyContext,
+  { provider, state, limit }: FleetApplyContext,
 ): Promise<void> {
+  const record = (info: SandboxInfo, spec: SandboxSpec) =>
+    state.write((current) => recordSandboxes(current, fleet, [sandboxState(info, spec)], desired));
+  const drop = (id: string) => state.write((current) => dropSandboxes(current, fleet, [id]));
   switch (operation.op) {
     case 'create': {
-      const info = await provider.createSandbox(operation.spec);
-      await state.write((current) => recordSandboxes(current, fleet, [sandboxState(info, operation.spec)], desired));
+      await record(await limit(() => provider.createSandbox(operation.spec)), operation.spec);
       return;
     }
     case 'delete': {
-      await provider.destroySandbox(operation.id);
-      await state.write((current) => dropSandboxes(current, fleet, [operation.id]));
+      await limit(() => provider.destroySandbox(operation.id));
+      await drop(operation.id);
       return;
     }
     case 'update': {
-      const info = await provider.updateSandbox(operation.id, operation.resources);
+      const info = await limit(() => provider.updateSandbox(operation.id, operation.resources));
       await state.write((current) => {
-        const record = current.resources[`fleet.${fleet}`];
-        const previous = record?.type === 'fleet' ? record.sandboxes[operation.id] : undefined;
+        const existing = current.resources[`fleet.${fleet}`];
+        const previous = existing?.type === 'fleet' ? existing.sandboxes[operation.id] : undefined;
         const updated: SandboxState = previous
           ? { ...previous, resources: info.resources }
           : { id: info.id, node: info.node, specHash: info.labels[LABEL_SPEC] ?? '', resources: info.resources, createdAt: info.createdAt };
@@ -135,10 +142,9 @@ async function execute(
       return;
     }
     case 'replace': {
-      await provider.destroySandbox(operation.id);
-      await state.write((current) => dropSandboxes(current, fleet, [operation.id]));
-      const info = await provider.createSandbox(operation.spec);
-      await state.write((current) => recordSandboxes(current, fleet, [sandboxState(info, operation.spec)], desired));
+      await limit(() => provider.destroySandbox(operation.id));
+      await drop(operation.id);
+      await record(await limit(() => provider.createSandbox(operation.spec)), operation.spec);
       return;
     }
   }

@@ -9,10 +9,10 @@
  */
 import type { StateFile } from '../plan.js';
 import { DSEC_VERSION } from '../version.js';
-import { canonicalJson, sortKeys } from '../engine/canonical-json.js';
 import { writeFileAtomic } from './files.js';
 import type { LockInfo } from './lock.js';
-import { validateState } from './schema.js';
+import { validateStateChanges } from './schema.js';
+import { serializeState, stateContent } from './serialize.js';
 
 export type StateMutator = (state: StateFile) => StateFile;
 
@@ -33,12 +33,6 @@ export interface StateSession {
   /** Wait for pending writes, then drop the lock (if it is still ours). Idempotent. */
   release(): Promise<void>;
 }
-
-/** What "the content changed" means: everything but the serial and the writer's version. */
-export const stateContent = (state: StateFile): string =>
-  canonicalJson({ ...state, serial: undefined, dsec_version: undefined });
-
-export const serializeState = (state: StateFile): string => `${JSON.stringify(sortKeys(state), null, 2)}\n`;
 
 interface PendingWrite {
   readonly mutate: StateMutator;
@@ -130,9 +124,9 @@ export class LocalStateSession implements StateSession {
     if (content === this.currentContent && this.current.serial > 0) return;
     const written: StateFile = { ...next, serial: this.current.serial + 1, dsec_version: DSEC_VERSION };
     // Never put on disk a state the next read would call corrupt.
-    const problem = validateState(written);
+    const problem = validateStateChanges(written);
     if (problem) throw new Error(`refusing to write an invalid state: ${problem}`);
-    await writeFileAtomic(this.paths.file, serializeState(written), { backup: this.paths.backup });
+    await writeFileAtomic(this.paths.file, serializeState(written, content), { backup: this.paths.backup });
     this.current = written;
     this.currentContent = content;
   }
