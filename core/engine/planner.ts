@@ -69,6 +69,11 @@ export function makePlan(input: PlanInput): Plan {
   const inScope = targetScope({ targets: options.targets, mode, graph, state, liveFleets: owned.keys(), warn });
   const replace = parseReplace({ replace: options.replace, mode, declaredFleets: new Set(Object.keys(desiredFleets)), warn });
 
+  for (const [fleet, ids] of replace.sandboxes) {
+    const live = new Set((owned.get(fleet) ?? []).map((sandbox) => sandbox.id));
+    for (const id of ids) if (!live.has(id)) warn(`--replace fleet.${fleet}[${id}]: no such live sandbox in fleet.${fleet}`);
+  }
+
   let takenIds: Set<string> | undefined;
   const allTakenIds = (): Set<string> => {
     if (!takenIds) {

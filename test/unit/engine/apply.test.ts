@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -99,6 +100,22 @@ describe('applyPlan', () => {
     expect(second.result.failed).toEqual([]);
     expect(provider.sandboxes.size).toBe(4);
     expect(planHasChanges(await replan(project({ replicas: 4 }), provider))).toBe(false);
+  });
+
+  it('has every finished sandbox operation on disk in the state before it counts as done', async () => {
+    const dsec = new Dsec();
+    const notOnDisk: string[] = [];
+    dsec.hooks.sandboxOperation.tap('check-disk', (_fleet, operation, error) => {
+      if (error || operation.op !== 'create') return;
+      const onDisk = JSON.parse(readFileSync(store.file, 'utf8')) as StateFile;
+      const record = onDisk.resources['fleet.web'];
+      if (record?.type !== 'fleet' || !record.sandboxes[operation.spec.id]) notOnDisk.push(operation.spec.id);
+    });
+    const provider = new FakeProvider();
+    provider.delayMs = 1;
+    await planAndApply(project({ replicas: 12 }), provider, { dsec, parallelism: 4 });
+    expect(provider.sandboxes.size).toBe(12);
+    expect(notOnDisk).toEqual([]);
   });
 
   it('never runs more sandbox operations at once than the parallelism', async () => {

@@ -184,6 +184,26 @@ describe('makePlan', () => {
     expect(nothing.warnings[0]).toMatch(/--target fleet.nope matches no resource/);
   });
 
+  it('destroys a targeted layer together with the fleets built on it', async () => {
+    const { provider, state } = await converge(project());
+    const plan = await planWith(project(), provider, state, { destroy: true, targets: ['layer.tools'] });
+    expect(plan.resource_changes.map((item) => [item.address, item.action])).toEqual([
+      ['fleet.web', 'delete'],
+      ['layer.tools@1.0.0', 'delete'],
+    ]);
+  });
+
+  it('refuses a target that is not a resource address', async () => {
+    let caught: unknown;
+    try {
+      await planWith(project(), new FakeProvider(), freshState(), { targets: ['web'] });
+    } catch (error) {
+      caught = error;
+    }
+    expect(isDsecError(caught, 'DSEC_USAGE')).toBe(true);
+    expect((caught as Error).message).toMatch(/^--target web: not a resource address/);
+  });
+
   it('replaces every sandbox of a fleet named with --replace, or just the one named with its id', async () => {
     const { provider, state } = await converge(project());
     const all = await planWith(project(), provider, state, { replace: ['fleet.web'] });
@@ -194,6 +214,12 @@ describe('makePlan', () => {
     const id = [...provider.sandboxes.keys()][2];
     const one = await planWith(project(), provider, state, { replace: [`fleet.web[${id}]`] });
     expect(ops(change(one.resource_changes, 'fleet.web'), 'replace').map((operation) => (operation as { id: string }).id)).toEqual([id]);
+
+    const typo = await planWith(project(), provider, state, { replace: ['fleet.web[web-nope0000]', 'layer.python@3.11.9'] });
+    expect(typo.warnings).toEqual([
+      '--replace layer.python@3.11.9: only fleets can be replaced (layers are immutable: publish a new version)',
+      '--replace fleet.web[web-nope0000]: no such live sandbox in fleet.web',
+    ]);
   });
 
   it('refuses to plan when a published layer version holds other content', async () => {
