@@ -82,7 +82,13 @@ function buildScenario(): PlanInput {
 
   const resources: Record<string, StateFile['resources'][string]> = {};
   for (const layer of Object.values(layers)) {
-    resources[`layer.${layer.ref}`] = { type: 'layer', name: layer.name, version: layer.version, kind: layer.kind, digest: digests[layer.ref] };
+    resources[`layer.${layer.ref}`] = {
+      type: 'layer',
+      name: layer.name,
+      version: layer.version,
+      kind: layer.kind,
+      digest: digests[layer.ref],
+    };
   }
   const sandboxes: SandboxInfo[] = [];
   let counter = 0;
@@ -113,7 +119,12 @@ function buildScenario(): PlanInput {
         ...(kind === 'failed' ? { error: 'oom-killed' } : {}),
       });
     }
-    resources[`fleet.${fleet.name}`] = { type: 'fleet', name: fleet.name, attributes, sandboxes: recorded } satisfies FleetState;
+    resources[`fleet.${fleet.name}`] = {
+      type: 'fleet',
+      name: fleet.name,
+      attributes,
+      sandboxes: recorded,
+    } satisfies FleetState;
   }
   const state: StateFile = { format_version: 1, lineage: LINEAGE, serial: 42, dsec_version: 'bench', resources };
   const live: LiveView = {
@@ -139,7 +150,12 @@ const ms = (value: number): string => `${value.toFixed(0)} ms`;
 export function runPlanScale(): boolean {
   const gc = (globalThis as { gc?: () => void }).gc;
   const input = buildScenario();
-  const timings = { makePlan: [] as number[], renderPlan: [] as number[], planToJson: [] as number[], total: [] as number[] };
+  const timings = {
+    makePlan: [] as number[],
+    renderPlan: [] as number[],
+    planToJson: [] as number[],
+    total: [] as number[],
+  };
   let peakHeap = 0;
   let summary = '';
   for (let run = 0; run < RUNS; run += 1) {
@@ -156,7 +172,10 @@ export function runPlanScale(): boolean {
     timings.planToJson.push(end - rendered);
     timings.total.push(end - start);
     peakHeap = Math.max(peakHeap, process.memoryUsage().heapUsed);
-    summary = `${text.trimEnd().split('\n').find((line) => line.startsWith('Plan:'))} (${json.length} bytes of JSON)`;
+    summary = `${text
+      .trimEnd()
+      .split('\n')
+      .find((line) => line.startsWith('Plan:'))} (${json.length} bytes of JSON)`;
     const ops = plan.resource_changes.reduce((n, change) => n + (change.fleet?.operations.length ?? 0), 0);
     if (run === 0) summary += `, ${ops} sandbox operations`;
   }

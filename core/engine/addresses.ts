@@ -51,7 +51,8 @@ export function resolveLayerRef(config: ConfigModel, ref: string): LayerModel | 
 
 export function requireLayerRef(config: ConfigModel, ref: string, usedBy: string): LayerModel {
   const layer = resolveLayerRef(config, ref);
-  if (!layer) // The ref param carries who uses it: the catalogue message has no slot for it.
-  if (!layer) throw new DsecError('DSEC_CONFIG_UNKNOWN_LAYER', { ref: `${ref} (used by ${usedBy})`, usedBy });
+  if (!layer)
+    // The ref param carries who uses it: the catalogue message has no slot for it.
+    if (!layer) throw new DsecError('DSEC_CONFIG_UNKNOWN_LAYER', { ref: `${ref} (used by ${usedBy})`, usedBy });
   return layer;
 }

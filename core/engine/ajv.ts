@@ -7,7 +7,9 @@ import { Ajv, type ErrorObject } from 'ajv';
 const ajv = new Ajv({ allErrors: true, strict: false });
 
 export function formatAjvErrors(errors: readonly ErrorObject[] | null | undefined, limit = 3): string {
-  const shown = (errors ?? []).slice(0, limit).map((error) => `${error.instancePath || '/'} ${error.message ?? 'is invalid'}`);
+  const shown = (errors ?? [])
+    .slice(0, limit)
+    .map((error) => `${error.instancePath || '/'} ${error.message ?? 'is invalid'}`);
   const more = (errors?.length ?? 0) - shown.length;
   return more > 0 ? `${shown.join('; ')}; and ${more} more` : shown.join('; ');
 }

@@ -136,7 +136,13 @@ async function execute(
         const previous = existing?.type === 'fleet' ? existing.sandboxes[operation.id] : undefined;
         const updated: SandboxState = previous
           ? { ...previous, resources: info.resources }
-          : { id: info.id, node: info.node, specHash: info.labels[LABEL_SPEC] ?? '', resources: info.resources, createdAt: info.createdAt };
+          : {
+              id: info.id,
+              node: info.node,
+              specHash: info.labels[LABEL_SPEC] ?? '',
+              resources: info.resources,
+              createdAt: info.createdAt,
+            };
         return recordSandboxes(current, fleet, [updated], desired);
       });
       return;

@@ -10,7 +10,7 @@
 import type { Dsec } from '../dsec.js';
 import { DsecError, isDsecError } from '../errors.js';
 import type { LayerModel } from '../model.js';
-import type { Plan, ResourceChange } from '../plan.js';
+import type { Plan, ResourceChange, StateFile } from '../plan.js';
 import type { Provider } from '../provider.js';
 import type { StateSession } from '../state/session.js';
 import { layerAddress, layerRef, splitLayerRef } from './addresses.js';
@@ -42,7 +42,14 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
   // again here costs nothing and keeps a stale plan from ever running.
   assertPlanFresh(plan, state.state);
   const result: ApplyResult = { succeeded: [], failed: [], sandboxes: { done: 0, failed: 0, skipped: 0 } };
-  const context: FleetApplyContext = { plan, provider, state, dsec, limit: createLimiter(deps.parallelism ?? 10), counts: result.sandboxes };
+  const context: FleetApplyContext = {
+    plan,
+    provider,
+    state,
+    dsec,
+    limit: createLimiter(deps.parallelism ?? 10),
+    counts: result.sandboxes,
+  };
 
   // Before any provider call: this first write creates a never-written state
   // file with the plan's lineage, the one every new sandbox is labelled with,
@@ -78,7 +85,10 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
   const publishes = new Map<string, Promise<boolean>>();
   for (const change of changes) {
     if (change.type === 'layer' && change.action === 'create') {
-      publishes.set(change.address, run(change, () => publishLayer(change, context)));
+      publishes.set(
+        change.address,
+        run(change, () => publishLayer(change, context)),
+      );
     }
   }
 
@@ -101,7 +111,10 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
   );
 
   try {
-    await dsec.hooks.applied.promise(plan, result.failed.map(({ change }) => change));
+    await dsec.hooks.applied.promise(
+      plan,
+      result.failed.map(({ change }) => change),
+    );
   } catch (thrown) {
     dsec.log.warn(`an applied tap failed: ${asError(thrown).message}`);
   }
@@ -113,13 +126,20 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
  * something: a declared layer found published (a crash after publish), a
  * sandbox found live with our lineage, a recorded sandbox that is gone.
  */
-function recordNoOps(plan: Plan, state: import('../plan.js').StateFile) {
+function recordNoOps(plan: Plan, state: StateFile): StateFile {
   let next = state;
   for (const change of plan.resource_changes) {
     if (change.action !== 'no-op') continue;
     if (change.type === 'layer' && !(change.address in next.resources)) {
       const layer = plan.desired.layers[change.name];
-      if (layer) next = recordLayer(next, { type: 'layer', name: layer.name, version: layer.version, kind: layer.kind, digest: layer.digest });
+      if (layer)
+        next = recordLayer(next, {
+          type: 'layer',
+          name: layer.name,
+          version: layer.version,
+          kind: layer.kind,
+          digest: layer.digest,
+        });
     }
     if (change.type === 'fleet' && change.fleet) {
       next = dropSandboxes(next, change.name, change.fleet.forget ?? []);
@@ -136,7 +156,13 @@ async function publishLayer(change: ResourceChange, context: FleetApplyContext):
   const record = await context.limit(() => context.provider.publishLayer(model as LayerModel));
   // It is published either way: record what is really there before judging it.
   await context.state.write((state) =>
-    recordLayer(state, { type: 'layer', name: record.name, version: record.version, kind: record.kind, digest: record.digest }),
+    recordLayer(state, {
+      type: 'layer',
+      name: record.name,
+      version: record.version,
+      kind: record.kind,
+      digest: record.digest,
+    }),
   );
   if (record.digest !== planned) {
     throw new DsecError('DSEC_LAYER_CHANGED', { ref: change.name, planned, digest: record.digest });

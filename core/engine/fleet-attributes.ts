@@ -101,9 +101,9 @@ export const FORCES_REPLACE = ['environment', 'layers', 'env', 'workdir', 'user'
 /** The attributes that differ between two display forms and force a replace, as paths. */
 export function forcingPaths(before: Record<string, unknown> | null, after: Record<string, unknown>): string[][] {
   if (!before) return [];
-  return FORCES_REPLACE.filter(
-    (key) => key in before && canonicalJson(before[key]) !== canonicalJson(after[key]),
-  ).map((key) => [key]);
+  return FORCES_REPLACE.filter((key) => key in before && canonicalJson(before[key]) !== canonicalJson(after[key])).map(
+    (key) => [key],
+  );
 }
 
 /**

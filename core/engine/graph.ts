@@ -6,13 +6,7 @@
  */
 import { DsecError } from '../errors.js';
 import type { ConfigModel } from '../model.js';
-import {
-  environmentAddress,
-  fleetAddress,
-  layerAddress,
-  type NodeType,
-  requireLayerRef,
-} from './addresses.js';
+import { environmentAddress, fleetAddress, layerAddress, type NodeType, requireLayerRef } from './addresses.js';
 
 export interface GraphNode {
   readonly address: string;
@@ -67,7 +61,9 @@ const connectFleetsToEnvironments: GraphStep = (config, nodes) => {
   for (const fleet of sortedValues(config.fleets)) {
     const environment = environmentAddress(fleet.environment);
     if (!nodes.has(environment)) {
-      throw new DsecError('DSEC_CONFIG_UNKNOWN_ENVIRONMENT', { name: `${fleet.environment} (used by fleet.${fleet.name})` });
+      throw new DsecError('DSEC_CONFIG_UNKNOWN_ENVIRONMENT', {
+        name: `${fleet.environment} (used by fleet.${fleet.name})`,
+      });
     }
     nodes.get(fleetAddress(fleet.name))!.dependsOn.push(environment);
   }
@@ -167,7 +163,9 @@ export function graphToDot(graph: Graph): string {
     for (const node of graph.nodes.values()) {
       if (node.type !== type) continue;
       const label = node.address.slice(type.length + 1);
-      lines.push(`    ${quote(node.address)} [label = ${quote(label)}, shape = ${style.shape}, style = filled, fillcolor = ${style.color}];`);
+      lines.push(
+        `    ${quote(node.address)} [label = ${quote(label)}, shape = ${style.shape}, style = filled, fillcolor = ${style.color}];`,
+      );
     }
     lines.push('  }');
   }

@@ -1,5 +1,13 @@
 /** The engine's public surface: graph, planner, renderings, saved plans, apply. */
-export { buildGraph, graphToDot, walkOrder, assertAcyclic, dependenciesOf, type Graph, type GraphNode } from './graph.js';
+export {
+  buildGraph,
+  graphToDot,
+  walkOrder,
+  assertAcyclic,
+  dependenciesOf,
+  type Graph,
+  type GraphNode,
+} from './graph.js';
 export { digestDeclaredLayers } from './layers.js';
 export { fleetSpecHash, sandboxSpecFor, newSandboxId, type SpecIdentity } from './spec.js';
 export { makePlan, indexOwnedSandboxes } from './planner.js';

@@ -44,7 +44,10 @@ const operation = {
   oneOf: [
     { properties: { op: { const: 'create' }, spec: sandboxSpec }, required: ['spec'] },
     { properties: { op: { const: 'delete' }, id: string }, required: ['id'] },
-    { properties: { op: { const: 'replace' }, id: string, spec: sandboxSpec, because: string }, required: ['id', 'spec'] },
+    {
+      properties: { op: { const: 'replace' }, id: string, spec: sandboxSpec, because: string },
+      required: ['id', 'spec'],
+    },
     { properties: { op: { const: 'update' }, id: string, resources }, required: ['id', 'resources'] },
   ],
 } as const;

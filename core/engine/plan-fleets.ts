@@ -61,7 +61,11 @@ const emptySummary = (desired: number, live: number): FleetSandboxSummary => ({
 
 function bookkeeping(record: FleetState | undefined, owned: readonly SandboxInfo[]) {
   const ownedIds = new Set(owned.map((sandbox) => sandbox.id));
-  const forget = record ? Object.keys(record.sandboxes).filter((id) => !ownedIds.has(id)).sort() : [];
+  const forget = record
+    ? Object.keys(record.sandboxes)
+        .filter((id) => !ownedIds.has(id))
+        .sort()
+    : [];
   const adopt: SandboxState[] = [];
   for (const sandbox of owned) {
     if (record?.sandboxes[sandbox.id]) continue;

@@ -67,11 +67,17 @@ export function makePlan(input: PlanInput): Plan {
   const records = recordsOf(state);
   const owned = indexOwnedSandboxes(live, state);
   const inScope = targetScope({ targets: options.targets, mode, graph, state, liveFleets: owned.keys(), warn });
-  const replace = parseReplace({ replace: options.replace, mode, declaredFleets: new Set(Object.keys(desiredFleets)), warn });
+  const replace = parseReplace({
+    replace: options.replace,
+    mode,
+    declaredFleets: new Set(Object.keys(desiredFleets)),
+    warn,
+  });
 
   for (const [fleet, ids] of replace.sandboxes) {
     const live = new Set((owned.get(fleet) ?? []).map((sandbox) => sandbox.id));
-    for (const id of ids) if (!live.has(id)) warn(`--replace fleet.${fleet}[${id}]: no such live sandbox in fleet.${fleet}`);
+    for (const id of ids)
+      if (!live.has(id)) warn(`--replace fleet.${fleet}[${id}]: no such live sandbox in fleet.${fleet}`);
   }
 
   let takenIds: Set<string> | undefined;
@@ -103,10 +109,13 @@ export function makePlan(input: PlanInput): Plan {
     if (change) fleetChanges.push(change);
   }
 
-  const liveLayers = new Map<string, LayerRecord>(live.layers.map((layer) => [layerRef(layer.name, layer.version), layer]));
+  const liveLayers = new Map<string, LayerRecord>(
+    live.layers.map((layer) => [layerRef(layer.name, layer.version), layer]),
+  );
   const layerChanges: ResourceChange[] = [];
   for (const [ref, desired] of Object.entries(desiredLayers)) {
-    if (inScope(layerAddress(ref))) layerChanges.push(planDeclaredLayer(desired, liveLayers.get(ref), records.layers.get(ref)));
+    if (inScope(layerAddress(ref)))
+      layerChanges.push(planDeclaredLayer(desired, liveLayers.get(ref), records.layers.get(ref)));
   }
 
   const stillUsed = layersStillUsed(live, fleetChanges, desiredFleets);

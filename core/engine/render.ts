@@ -66,7 +66,11 @@ function comment(change: ResourceChange): string {
       return `will be updated in-place${change.reason === 'drift' ? ' (the live sandboxes drifted from the state)' : ''}`;
     case 'replace': {
       const why =
-        change.reason === 'replace_by_request' ? ', as requested with --replace' : change.reason === 'drift' ? ' (failed or stopped)' : '';
+        change.reason === 'replace_by_request'
+          ? ', as requested with --replace'
+          : change.reason === 'drift'
+            ? ' (failed or stopped)'
+            : '';
       return `${change.fleet?.summary.replace ?? 0} sandbox(es) must be replaced${why}`;
     }
     case 'delete':
@@ -83,8 +87,12 @@ function attributeLines(c: Colors, change: ResourceChange): string[] {
     change.replacePaths.some((forcing) => path === forcing.join('.') || path.startsWith(`${forcing.join('.')}.`));
   const note = (path: string): string => (forces(path) ? ` ${c.red('# forces replacement')}` : '');
   // `env: {}` on one side and `env.A` on the other is one change, not two.
-  const hasChildren = (map: Map<string, unknown>, key: string): boolean => [...map.keys()].some((other) => other.startsWith(`${key}.`));
-  for (const [mine, other] of [[before, after], [after, before]] as const) {
+  const hasChildren = (map: Map<string, unknown>, key: string): boolean =>
+    [...map.keys()].some((other) => other.startsWith(`${key}.`));
+  for (const [mine, other] of [
+    [before, after],
+    [after, before],
+  ] as const) {
     for (const [key, value] of mine) if (isEmptyObject(value) && hasChildren(other, key)) mine.delete(key);
   }
   // Attributes keep their display order; nested keys stay beside their parent.
@@ -122,7 +130,9 @@ function sandboxLine(c: Colors, change: ResourceChange): string[] {
   ];
   const lines = [`        sandboxes: ${parts.join(', ')}; ${summary.unchanged} unchanged`];
   if (adopt && adopt.length > 0) {
-    lines.push(c.dim(`        # ${adopt.length} live sandbox(es) an earlier apply created but did not record will be adopted`));
+    lines.push(
+      c.dim(`        # ${adopt.length} live sandbox(es) an earlier apply created but did not record will be adopted`),
+    );
   }
   if (forget && forget.length > 0) {
     lines.push(c.dim(`        # ${forget.length} sandbox(es) in the state are gone and will be dropped from it`));

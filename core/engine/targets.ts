@@ -48,7 +48,8 @@ export function targetScope(args: {
         : known.has(exact)
           ? [exact]
           : [];
-    if (matches.length === 0) args.warn(`--target ${target} matches no resource in the configuration, the state or the live view`);
+    if (matches.length === 0)
+      args.warn(`--target ${target} matches no resource in the configuration, the state or the live view`);
     for (const address of matches) {
       if (mode === 'normal') {
         for (const dependency of graph.nodes.has(address) ? dependenciesOf(graph, address) : [address]) {

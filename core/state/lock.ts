@@ -43,7 +43,8 @@ export async function tryCreateLock(lockFile: string, info: LockInfo): Promise<b
   }
 }
 
-export type LockRead = { readonly state: 'free' } | { readonly state: 'held'; readonly info: LockInfo } | { readonly state: 'unreadable' };
+export type LockRead =
+  { readonly state: 'free' } | { readonly state: 'held'; readonly info: LockInfo } | { readonly state: 'unreadable' };
 
 export async function readLock(lockFile: string): Promise<LockRead> {
   let text: string;
@@ -84,7 +85,14 @@ export function lockedError(lockFile: string, read: Exclude<LockRead, { state: '
     });
   }
   const holder = describeHolder(read.info);
-  const params = { holder, id: read.info.id, pid: read.info.pid, host: read.info.host, command: read.info.command, since: read.info.createdAt };
+  const params = {
+    holder,
+    id: read.info.id,
+    pid: read.info.pid,
+    host: read.info.host,
+    command: read.info.command,
+    since: read.info.createdAt,
+  };
   return new DsecError(holderIsGone(read.info) ? 'DSEC_STATE_STALE_LOCK' : 'DSEC_STATE_LOCKED', params);
 }
 

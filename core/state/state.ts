@@ -14,7 +14,15 @@ import path from 'node:path';
 import { DsecError } from '../errors.js';
 import type { StateFile } from '../plan.js';
 import { DSEC_VERSION } from '../version.js';
-import { type LockInfo, lockedError, newLockInfo, readLock, removeLockIf, tryCreateLock, describeHolder } from './lock.js';
+import {
+  type LockInfo,
+  lockedError,
+  newLockInfo,
+  readLock,
+  removeLockIf,
+  tryCreateLock,
+  describeHolder,
+} from './lock.js';
 import { validateState } from './schema.js';
 import { LocalStateSession, type StateSession } from './session.js';
 
@@ -59,7 +67,11 @@ export class LocalStateStore {
     try {
       value = JSON.parse(text);
     } catch (error) {
-      throw new DsecError('DSEC_STATE_CORRUPT', { file: this.file, message: (error as Error).message }, { cause: error });
+      throw new DsecError(
+        'DSEC_STATE_CORRUPT',
+        { file: this.file, message: (error as Error).message },
+        { cause: error },
+      );
     }
     const problem = validateState(value);
     if (problem) throw new DsecError('DSEC_STATE_CORRUPT', { file: this.file, message: problem });

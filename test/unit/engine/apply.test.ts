@@ -47,7 +47,8 @@ async function replan(model: ReturnType<typeof project>, provider: FakeProvider,
   return planWith(model, provider, await store.read(), options);
 }
 
-const ids = (state: StateFile, fleetName: string): string[] => Object.keys(fleetRecord(state, fleetName).sandboxes).sort();
+const ids = (state: StateFile, fleetName: string): string[] =>
+  Object.keys(fleetRecord(state, fleetName).sandboxes).sort();
 
 describe('applyPlan', () => {
   it('creates everything from an empty state, records it on disk, and a re-plan has no changes', async () => {
@@ -86,7 +87,10 @@ describe('applyPlan', () => {
     expect(result.failed.map(({ change }) => change.address)).toEqual(['fleet.web']);
     expect(isDsecError(result.failed[0].error, 'DSEC_APPLY_FLEET')).toBe(true);
     expect(result.failed[0].error.message).toBe('fleet.web: 2 of 4 sandbox operation(s) failed; first: no capacity');
-    expect(result.succeeded.map((change) => change.address).sort()).toEqual(['layer.python@3.11.9', 'layer.tools@1.0.0']);
+    expect(result.succeeded.map((change) => change.address).sort()).toEqual([
+      'layer.python@3.11.9',
+      'layer.tools@1.0.0',
+    ]);
 
     const state = await store.read();
     expect(ids(state, 'web')).toEqual([...provider.sandboxes.keys()].sort());
@@ -153,7 +157,9 @@ describe('applyPlan', () => {
     provider.failWhen = (call) => (call === 'createSandbox' ? new Error('the new image does not start') : undefined);
     const { result } = await planAndApply(project({ toolkit: '1.1.0', replicas: 4 }), provider);
     expect(result.sandboxes).toEqual({ done: 0, failed: 1, skipped: 3 });
-    expect(result.failed[0].error.message).toMatch(/1 of 4 sandbox operation\(s\) failed \(3 replacement\(s\) not started\)/);
+    expect(result.failed[0].error.message).toMatch(
+      /1 of 4 sandbox operation\(s\) failed \(3 replacement\(s\) not started\)/,
+    );
     // Three old sandboxes still serve; the unused old toolkit was not unpublished from under them.
     expect(provider.sandboxes.size).toBe(3);
     expect(result.failed.map(({ change }) => change.address)).toContain('layer.tools@1.0.0');
@@ -163,7 +169,8 @@ describe('applyPlan', () => {
 
   it('fails a fleet without touching it when a layer it needs failed to publish', async () => {
     const provider = new FakeProvider();
-    provider.failWhen = (call, target) => (call === 'publishLayer' && target === 'tools@1.0.0' ? new Error('disk full') : undefined);
+    provider.failWhen = (call, target) =>
+      call === 'publishLayer' && target === 'tools@1.0.0' ? new Error('disk full') : undefined;
     const { result } = await planAndApply(project(), provider);
     const web = result.failed.find(({ change }) => change.address === 'fleet.web')!;
     expect(isDsecError(web.error, 'DSEC_APPLY_DEPENDENCY')).toBe(true);
@@ -176,7 +183,10 @@ describe('applyPlan', () => {
     const dsec = new Dsec();
     const seen: string[] = [];
     dsec.hooks.beforeChange.tap('test', (change) => void seen.push(`before ${change.address}`));
-    dsec.hooks.afterChange.tap('test', (change, error) => void seen.push(`after ${change.address} ${error ? 'failed' : 'ok'}`));
+    dsec.hooks.afterChange.tap(
+      'test',
+      (change, error) => void seen.push(`after ${change.address} ${error ? 'failed' : 'ok'}`),
+    );
     let operations = 0;
     dsec.hooks.sandboxOperation.tap('test', () => void (operations += 1));
     await planAndApply(project({ replicas: 3 }), new FakeProvider(), { dsec });
@@ -259,7 +269,12 @@ describe('applyPlan', () => {
       fleets: [fleet('web', 'py'), fleet('api', 'py')],
     });
     await planAndApply(both, provider);
-    const onlyWeb = config({ ...both, layers: [layer('python', '3.11.9')], environments: [environment('py', ['python@3.11.9'])], fleets: [fleet('web', 'py')] });
+    const onlyWeb = config({
+      ...both,
+      layers: [layer('python', '3.11.9')],
+      environments: [environment('py', ['python@3.11.9'])],
+      fleets: [fleet('web', 'py')],
+    });
     const { result } = await planAndApply(onlyWeb, provider);
     expect(result.failed).toEqual([]);
     expect(Object.keys((await store.read()).resources).sort()).toEqual(['fleet.web', 'layer.python@3.11.9']);

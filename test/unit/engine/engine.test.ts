@@ -11,8 +11,17 @@ import { LINEAGE, converge, fleetRecord, freshState, liveSandbox, project } from
 describe('planProject', () => {
   it('refreshes, digests the layers, plans, and lets plan taps refine the plan', async () => {
     const dsec = new Dsec();
-    dsec.hooks.plan.tapPromise('annotate', async (plan) => ({ ...plan, warnings: [...plan.warnings, 'checked by annotate'] }));
-    const plan = await planProject({ config: project(), provider: new FakeProvider(), state: freshState(), dsec, options: {} });
+    dsec.hooks.plan.tapPromise('annotate', async (plan) => ({
+      ...plan,
+      warnings: [...plan.warnings, 'checked by annotate'],
+    }));
+    const plan = await planProject({
+      config: project(),
+      provider: new FakeProvider(),
+      state: freshState(),
+      dsec,
+      options: {},
+    });
     expect(plan.resource_changes.map((change) => change.action)).toEqual(['create', 'create', 'create']);
     expect(plan.warnings).toEqual(['checked by annotate']);
   });
@@ -23,9 +32,13 @@ describe('planProject', () => {
     dsec.hooks.reviewPlan.tap('no-friday-deploys', () => {
       throw new Error('it is Friday');
     });
-    const error = await planProject({ config: project(), provider: new FakeProvider(), state: freshState(), dsec, options: {} }).catch(
-      (thrown: unknown) => thrown,
-    );
+    const error = await planProject({
+      config: project(),
+      provider: new FakeProvider(),
+      state: freshState(),
+      dsec,
+      options: {},
+    }).catch((thrown: unknown) => thrown);
     expect(error).toBeInstanceOf(DsecError);
     expect((error as DsecError).code).toBe('DSEC_PLAN_VETOED');
     expect((error as DsecError).message).toBe('plugin no-friday-deploys vetoed the plan: it is Friday');
@@ -39,7 +52,13 @@ describe('planProject', () => {
       refreshed = true;
       throw new Error('must not be called');
     };
-    const plan = await planProject({ config: project(), provider, state, dsec: new Dsec(), options: { refresh: false } });
+    const plan = await planProject({
+      config: project(),
+      provider,
+      state,
+      dsec: new Dsec(),
+      options: { refresh: false },
+    });
     expect(refreshed).toBe(false);
     expect(plan.resource_changes.every((change) => change.action === 'no-op')).toBe(true);
   });

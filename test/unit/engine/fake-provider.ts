@@ -138,7 +138,14 @@ export class FakeProvider implements Provider {
 
   async nodes(): Promise<NodeInfo[]> {
     return [
-      { name: 'node-1', backends: ['container'], capacity: { cpu: 2, memoryMiB: 4096 }, sandboxes: this.sandboxes.size, agentVersion: 'fake', pid: process.pid },
+      {
+        name: 'node-1',
+        backends: ['container'],
+        capacity: { cpu: 2, memoryMiB: 4096 },
+        sandboxes: this.sandboxes.size,
+        agentVersion: 'fake',
+        pid: process.pid,
+      },
     ];
   }
 

@@ -14,7 +14,11 @@ export function layer(name: string, version: string, kind: LayerKind = 'base'): 
   return { ref: `${name}@${version}`, name, version, kind, source: { type: 'dir', path: `/layers/${name}` } };
 }
 
-export function environment(name: string, layers: string[], overrides: Partial<EnvironmentModel> = {}): EnvironmentModel {
+export function environment(
+  name: string,
+  layers: string[],
+  overrides: Partial<EnvironmentModel> = {},
+): EnvironmentModel {
   return { name, layers, env: {}, workdir: '/', user: 'root', ...overrides };
 }
 
@@ -37,7 +41,11 @@ export function fleet(name: string, environmentName: string, overrides: Partial<
 const byName = <T extends { name: string }>(items: T[]): Record<string, T> =>
   Object.fromEntries(items.map((item) => [item.name, item]));
 
-export function config(parts: { layers: LayerModel[]; environments: EnvironmentModel[]; fleets: FleetModel[] }): ConfigModel {
+export function config(parts: {
+  layers: LayerModel[];
+  environments: EnvironmentModel[];
+  fleets: FleetModel[];
+}): ConfigModel {
   return {
     version: 1,
     file: '/project/dsec.yaml',
@@ -51,7 +59,9 @@ export function config(parts: { layers: LayerModel[]; environments: EnvironmentM
 }
 
 /** The usual project: base python + a toolkit, environment `py`, fleet `web` (4 replicas). */
-export function project(overrides: { replicas?: number; fleet?: Partial<FleetModel>; toolkit?: string } = {}): ConfigModel {
+export function project(
+  overrides: { replicas?: number; fleet?: Partial<FleetModel>; toolkit?: string } = {},
+): ConfigModel {
   const toolkit = overrides.toolkit ?? '1.0.0';
   return config({
     layers: [layer('python', '3.11.9'), layer('tools', toolkit, 'toolkit')],
@@ -94,7 +104,6 @@ export const fleetRecord = (state: StateFile, name: string): FleetState => {
 };
 
 // ------------------------------------------------------------ converging
-
 
 /** An in-memory StateSession, for setting up planner fixtures (apply tests use the real store). */
 export function memorySession(initial: StateFile): StateSession {

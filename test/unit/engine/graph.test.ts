@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { DsecError, isDsecError } from '../../../core/errors.js';
-import { assertAcyclic, buildGraph, dependenciesOf, graphToDot, walkOrder, type Graph } from '../../../core/engine/graph.js';
+import {
+  assertAcyclic,
+  buildGraph,
+  dependenciesOf,
+  graphToDot,
+  walkOrder,
+  type Graph,
+} from '../../../core/engine/graph.js';
 import { config, environment, fleet, layer, project } from './fixtures.js';
 
 const codeOf = (run: () => unknown): string | undefined => {

@@ -24,7 +24,8 @@ const change = (changes: readonly ResourceChange[], address: string): ResourceCh
   if (!found) throw new Error(`no change for ${address} in ${changes.map((item) => item.address).join(', ')}`);
   return found;
 };
-const ops = (item: ResourceChange, op: SandboxOperation['op']) => item.fleet!.operations.filter((operation) => operation.op === op);
+const ops = (item: ResourceChange, op: SandboxOperation['op']) =>
+  item.fleet!.operations.filter((operation) => operation.op === op);
 
 describe('makePlan', () => {
   it('plans every layer publish and one fleet create with a create operation per replica from an empty state', async () => {
@@ -73,7 +74,10 @@ describe('makePlan', () => {
     const { provider, state } = await converge(model);
     const moved = config({
       layers: [layer('python', '3.11.9'), layer('python3', '3.12.0'), layer('tools', '1.0.0', 'toolkit')],
-      environments: [environment('py', ['python@3.11.9', 'tools@1.0.0']), environment('py312', ['python3@3.12.0', 'tools@1.0.0'])],
+      environments: [
+        environment('py', ['python@3.11.9', 'tools@1.0.0']),
+        environment('py312', ['python3@3.12.0', 'tools@1.0.0']),
+      ],
       fleets: [fleet('web', 'py312', { replicas: 4, update: { maxUnavailable: 2 } })],
     });
     const plan = await planWith(moved, provider, state);
@@ -83,7 +87,9 @@ describe('makePlan', () => {
     expect(web.fleet!.maxUnavailable).toBe(2);
     expect(web.fleet!.summary).toMatchObject({ replace: 4, create: 0, delete: 0 });
     const replaces = ops(web, 'replace') as Extract<SandboxOperation, { op: 'replace' }>[];
-    expect(replaces.every((operation) => operation.spec.labels[LABEL_SPEC] === plan.desired.fleets.web.specHash)).toBe(true);
+    expect(replaces.every((operation) => operation.spec.labels[LABEL_SPEC] === plan.desired.fleets.web.specHash)).toBe(
+      true,
+    );
     expect(replaces[0].because).toMatch(/environment/);
   });
 
@@ -101,7 +107,11 @@ describe('makePlan', () => {
 
   it('plans a resources change as an in-place update of each sandbox', async () => {
     const { provider, state } = await converge(project());
-    const plan = await planWith(project({ fleet: { resources: { cpu: 2, memoryMiB: 512, pids: 256 } } }), provider, state);
+    const plan = await planWith(
+      project({ fleet: { resources: { cpu: 2, memoryMiB: 512, pids: 256 } } }),
+      provider,
+      state,
+    );
     const web = change(plan.resource_changes, 'fleet.web');
     expect(web).toMatchObject({ action: 'update', reason: 'update_resources', replacePaths: [] });
     expect(ops(web, 'update')).toHaveLength(4);
@@ -129,7 +139,9 @@ describe('makePlan', () => {
     const first = await planWith(model, provider, freshState());
     // A crashed apply: layers published and one sandbox created, nothing recorded.
     for (const item of Object.values(model.layers)) await provider.publishLayer(item);
-    const created = (ops(change(first.resource_changes, 'fleet.web'), 'create')[0] as Extract<SandboxOperation, { op: 'create' }>).spec;
+    const created = (
+      ops(change(first.resource_changes, 'fleet.web'), 'create')[0] as Extract<SandboxOperation, { op: 'create' }>
+    ).spec;
     await provider.createSandbox(created);
 
     const plan = await planWith(model, provider, freshState());
@@ -213,9 +225,13 @@ describe('makePlan', () => {
 
     const id = [...provider.sandboxes.keys()][2];
     const one = await planWith(project(), provider, state, { replace: [`fleet.web[${id}]`] });
-    expect(ops(change(one.resource_changes, 'fleet.web'), 'replace').map((operation) => (operation as { id: string }).id)).toEqual([id]);
+    expect(
+      ops(change(one.resource_changes, 'fleet.web'), 'replace').map((operation) => (operation as { id: string }).id),
+    ).toEqual([id]);
 
-    const typo = await planWith(project(), provider, state, { replace: ['fleet.web[web-nope0000]', 'layer.python@3.11.9'] });
+    const typo = await planWith(project(), provider, state, {
+      replace: ['fleet.web[web-nope0000]', 'layer.python@3.11.9'],
+    });
     expect(typo.warnings).toEqual([
       '--replace layer.python@3.11.9: only fleets can be replaced (layers are immutable: publish a new version)',
       '--replace fleet.web[web-nope0000]: no such live sandbox in fleet.web',
@@ -240,21 +256,34 @@ describe('makePlan', () => {
 
   it('scales down by deleting failed and outdated sandboxes first, then the newest', async () => {
     const { provider, state } = await converge(project({ replicas: 5 }));
-    const ids = [...provider.sandboxes.values()].sort((a, b) => a.createdAt.localeCompare(b.createdAt)).map((s) => s.id);
+    const ids = [...provider.sandboxes.values()]
+      .sort((a, b) => a.createdAt.localeCompare(b.createdAt))
+      .map((s) => s.id);
     provider.sandboxes.set(ids[1], { ...provider.sandboxes.get(ids[1])!, status: 'stopped' });
     const plan = await planWith(project({ replicas: 3 }), provider, state);
     const web = change(plan.resource_changes, 'fleet.web');
     expect(web.action).toBe('update');
-    expect(ops(web, 'delete').map((operation) => (operation as { id: string }).id).sort()).toEqual([ids[1], ids[4]].sort());
+    expect(
+      ops(web, 'delete')
+        .map((operation) => (operation as { id: string }).id)
+        .sort(),
+    ).toEqual([ids[1], ids[4]].sort());
   });
 
   it('deletes the sandboxes of a fleet removed from the config, and warns about a lineage-labelled fleet in neither state nor config', async () => {
     const { provider, state } = await converge(project({ replicas: 1 }));
     const orphan = liveSandbox('ghost-aaaaaaaa', 'ghost', 'x');
     provider.sandboxes.set(orphan.id, orphan);
-    const withoutWeb = config({ layers: Object.values(project().layers), environments: [environment('py', ['python@3.11.9', 'tools@1.0.0'])], fleets: [] });
+    const withoutWeb = config({
+      layers: Object.values(project().layers),
+      environments: [environment('py', ['python@3.11.9', 'tools@1.0.0'])],
+      fleets: [],
+    });
     const plan = await planWith(withoutWeb, provider, state);
-    expect(change(plan.resource_changes, 'fleet.web')).toMatchObject({ action: 'delete', reason: 'delete_because_no_resource_config' });
+    expect(change(plan.resource_changes, 'fleet.web')).toMatchObject({
+      action: 'delete',
+      reason: 'delete_because_no_resource_config',
+    });
     expect(change(plan.resource_changes, 'fleet.ghost')).toMatchObject({ action: 'delete' });
     expect(plan.warnings.join('\n')).toMatch(/fleet.ghost: 1 live sandbox\(es\) carry this state's lineage/);
   });
@@ -281,7 +310,9 @@ describe('makePlan', () => {
       resources: { ...state.resources, 'fleet.web': { ...record, sandboxes: { [kept]: record.sandboxes[kept] } } },
     };
     const plan = await planWith(project({ replicas: 2 }), provider, edited, { destroy: true });
-    const deleted = ops(change(plan.resource_changes, 'fleet.web'), 'delete').map((operation) => (operation as { id: string }).id);
+    const deleted = ops(change(plan.resource_changes, 'fleet.web'), 'delete').map(
+      (operation) => (operation as { id: string }).id,
+    );
     expect(deleted).toEqual([kept]);
   });
 

@@ -15,7 +15,10 @@ async function samplePlans(): Promise<Record<string, Plan>> {
   const scaled = await planWith(project({ replicas: 6 }), provider, state);
   const moved = config({
     layers: [layer('python', '3.11.9'), layer('python3', '3.12.0'), layer('tools', '1.0.0', 'toolkit')],
-    environments: [environment('py', ['python@3.11.9', 'tools@1.0.0']), environment('py312', ['python3@3.12.0', 'tools@1.0.0'])],
+    environments: [
+      environment('py', ['python@3.11.9', 'tools@1.0.0']),
+      environment('py312', ['python3@3.12.0', 'tools@1.0.0']),
+    ],
     fleets: [fleet('web', 'py312', { replicas: 4 })],
   });
   const replaced = await planWith(moved, provider, state);
@@ -67,7 +70,9 @@ describe('renderPlan', () => {
   it('says there is nothing to do when nothing changes', async () => {
     const { unchanged } = await samplePlans();
     expect(planHasChanges(unchanged)).toBe(false);
-    expect(renderPlan(unchanged, { color: false })).toContain('No changes. Your infrastructure matches the configuration.');
+    expect(renderPlan(unchanged, { color: false })).toContain(
+      'No changes. Your infrastructure matches the configuration.',
+    );
   });
 
   it('colours the symbols only when asked to', async () => {

@@ -18,13 +18,15 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const withLayer = (name: string) => (state: StateFile): StateFile => ({
-  ...state,
-  resources: {
-    ...state.resources,
-    [`layer.${name}@1.0.0`]: { type: 'layer', name, version: '1.0.0', kind: 'base', digest: `sha256:${name}` },
-  },
-});
+const withLayer =
+  (name: string) =>
+  (state: StateFile): StateFile => ({
+    ...state,
+    resources: {
+      ...state.resources,
+      [`layer.${name}@1.0.0`]: { type: 'layer', name, version: '1.0.0', kind: 'base', digest: `sha256:${name}` },
+    },
+  });
 
 async function caught(run: () => Promise<unknown>): Promise<DsecError> {
   try {
@@ -52,7 +54,10 @@ describe('LocalStateStore.read', () => {
   });
 
   it('refuses a state file that does not match the schema, saying where', async () => {
-    await writeFile(store.file, JSON.stringify({ format_version: 1, lineage: 'x', serial: -1, dsec_version: '0', resources: {} }));
+    await writeFile(
+      store.file,
+      JSON.stringify({ format_version: 1, lineage: 'x', serial: -1, dsec_version: '0', resources: {} }),
+    );
     const error = await caught(() => store.read());
     expect(error.code).toBe('DSEC_STATE_CORRUPT');
     expect(error.message).toContain('/serial must be >= 0');
@@ -102,7 +107,8 @@ describe('StateSession.write', () => {
       const final = await store.read();
       expect(Object.keys(final.resources)).toHaveLength(100);
       expect(final.serial).toBeLessThan(100);
-      for (const [index, result] of results.entries()) expect(result.resources[`layer.${names[index]}@1.0.0`]).toBeDefined();
+      for (const [index, result] of results.entries())
+        expect(result.resources[`layer.${names[index]}@1.0.0`]).toBeDefined();
     } finally {
       await session.release();
     }
@@ -125,7 +131,9 @@ describe('StateSession.write', () => {
   it('never writes a state that would not validate', async () => {
     const session = await store.lock({ command: 'test' });
     try {
-      await expect(session.write((state) => ({ ...state, serial: 0, lineage: '' }))).rejects.toThrow(/refusing to write an invalid state/);
+      await expect(session.write((state) => ({ ...state, serial: 0, lineage: '' }))).rejects.toThrow(
+        /refusing to write an invalid state/,
+      );
       await expect(store.read()).resolves.toMatchObject({ serial: 0 });
     } finally {
       await session.release();
@@ -160,7 +168,13 @@ describe('StateSession.write', () => {
               specHash: 'abc',
             },
             sandboxes: {
-              'web-abcdefgh': { id: 'web-abcdefgh', node: 'n', specHash: 'abc', resources: { cpu: 1, memoryMiB: 256, pids: 256 }, createdAt: 'now' },
+              'web-abcdefgh': {
+                id: 'web-abcdefgh',
+                node: 'n',
+                specHash: 'abc',
+                resources: { cpu: 1, memoryMiB: 256, pids: 256 },
+                createdAt: 'now',
+              },
             },
           },
         },
@@ -186,8 +200,15 @@ describe('the state lock', () => {
     try {
       const error = await caught(() => store.lock({ command: 'dsec destroy' }));
       expect(error.code).toBe('DSEC_STATE_LOCKED');
-      expect(error.message).toContain(`pid ${process.pid} on ${hostname()} running \`dsec apply\` since ${session.lock.createdAt}`);
-      expect(error.params).toMatchObject({ pid: process.pid, host: hostname(), command: 'dsec apply', id: session.lock.id });
+      expect(error.message).toContain(
+        `pid ${process.pid} on ${hostname()} running \`dsec apply\` since ${session.lock.createdAt}`,
+      );
+      expect(error.params).toMatchObject({
+        pid: process.pid,
+        host: hostname(),
+        command: 'dsec apply',
+        id: session.lock.id,
+      });
     } finally {
       await session.release();
     }
@@ -236,6 +257,8 @@ describe('the state lock', () => {
   it('refuses to force-unlock a state that is not locked', async () => {
     const error = await caught(() => store.forceUnlock('anything'));
     expect(error.code).toBe('DSEC_STATE_NOT_LOCKED');
-    expect(error.message).toBe('no state lock with id anything to remove (the state is not locked); nothing was unlocked');
+    expect(error.message).toBe(
+      'no state lock with id anything to remove (the state is not locked); nothing was unlocked',
+    );
   });
 });
