@@ -15,12 +15,19 @@
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import { LABEL_SPEC, type SandboxInfo, type SandboxSpec } from '../live.js';
-import type { Plan, ResourceChange, SandboxOperation, SandboxState } from '../plan.js';
+import type { Plan, ResourceChange, SandboxOperation } from '../plan.js';
 import type { Provider } from '../provider.js';
 import type { StateSession } from '../state/session.js';
 import type { FleetAttributes } from './fleet-attributes.js';
 import type { Limiter } from './limiter.js';
-import { dropSandboxes, recordSandboxes, removeResource, setFleetAttributes } from './state-records.js';
+import {
+  dropSandboxes,
+  recordSandboxes,
+  removeResource,
+  resizeSandbox,
+  sandboxStateOf,
+  setFleetAttributes,
+} from './state-records.js';
 
 export interface FleetApplyContext {
   readonly plan: Plan;
@@ -30,14 +37,6 @@ export interface FleetApplyContext {
   readonly limit: Limiter;
   readonly counts: { done: number; failed: number; skipped: number };
 }
-
-const sandboxState = (info: SandboxInfo, spec: SandboxSpec): SandboxState => ({
-  id: info.id,
-  node: info.node,
-  specHash: spec.labels[LABEL_SPEC] ?? '',
-  resources: info.resources,
-  createdAt: info.createdAt,
-});
 
 export async function applyFleetChange(change: ResourceChange, context: FleetApplyContext): Promise<void> {
   const fleet = change.fleet;
@@ -117,7 +116,7 @@ async function execute(
   { provider, state, limit }: FleetApplyContext,
 ): Promise<void> {
   const record = (info: SandboxInfo, spec: SandboxSpec) =>
-    state.write((current) => recordSandboxes(current, fleet, [sandboxState(info, spec)], desired));
+    state.write((current) => recordSandboxes(current, fleet, [sandboxStateOf(info, spec.labels[LABEL_SPEC])], desired));
   const drop = (id: string) => state.write((current) => dropSandboxes(current, fleet, [id]));
   switch (operation.op) {
     case 'create': {
@@ -131,20 +130,7 @@ async function execute(
     }
     case 'update': {
       const info = await limit(() => provider.updateSandbox(operation.id, operation.resources));
-      await state.write((current) => {
-        const existing = current.resources[`fleet.${fleet}`];
-        const previous = existing?.type === 'fleet' ? existing.sandboxes[operation.id] : undefined;
-        const updated: SandboxState = previous
-          ? { ...previous, resources: info.resources }
-          : {
-              id: info.id,
-              node: info.node,
-              specHash: info.labels[LABEL_SPEC] ?? '',
-              resources: info.resources,
-              createdAt: info.createdAt,
-            };
-        return recordSandboxes(current, fleet, [updated], desired);
-      });
+      await state.write((current) => resizeSandbox(current, fleet, info, desired));
       return;
     }
     case 'replace': {

@@ -25,6 +25,7 @@ import {
   sameResources,
 } from './fleet-attributes.js';
 import { newSandboxId, sandboxSpecFor } from './spec.js';
+import { sandboxStateOf } from './state-records.js';
 
 export interface FleetPlanInput {
   readonly name: string;
@@ -69,13 +70,7 @@ function bookkeeping(record: FleetState | undefined, owned: readonly SandboxInfo
   const adopt: SandboxState[] = [];
   for (const sandbox of owned) {
     if (record?.sandboxes[sandbox.id]) continue;
-    adopt.push({
-      id: sandbox.id,
-      node: sandbox.node,
-      specHash: sandbox.labels[LABEL_SPEC] ?? '',
-      resources: sandbox.resources,
-      createdAt: sandbox.createdAt,
-    });
+    adopt.push(sandboxStateOf(sandbox));
   }
   return { adopt, forget };
 }

@@ -9,7 +9,7 @@ import { DsecError } from '../errors.js';
 import type { LayerRecord } from '../live.js';
 import type { LayerModel } from '../model.js';
 import type { LayerState, ResourceChange } from '../plan.js';
-import { layerAddress } from './addresses.js';
+import { layerAddress, layerRef } from './addresses.js';
 
 export type DesiredLayer = LayerModel & { readonly digest: string };
 
@@ -43,7 +43,7 @@ export function planDeclaredLayer(
 }
 
 export function planLayerDelete(recorded: LayerState, mode: 'normal' | 'destroy'): ResourceChange {
-  const ref = `${recorded.name}@${recorded.version}`;
+  const ref = layerRef(recorded.name, recorded.version);
   return {
     address: layerAddress(ref),
     type: 'layer',

@@ -66,7 +66,14 @@ export function makePlan(input: PlanInput): Plan {
 
   const records = recordsOf(state);
   const owned = indexOwnedSandboxes(live, state);
-  const inScope = targetScope({ targets: options.targets, mode, graph, state, liveFleets: owned.keys(), warn });
+  const inScope = targetScope({
+    targets: options.targets,
+    mode,
+    graph,
+    recorded: { addresses: Object.keys(state.resources), fleets: [...records.fleets.values()] },
+    liveFleets: owned.keys(),
+    warn,
+  });
   const replace = parseReplace({
     replace: options.replace,
     mode,

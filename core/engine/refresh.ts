@@ -8,6 +8,7 @@ import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LiveView, type SandboxInfo
 import type { FleetState, SandboxState, StateFile } from '../plan.js';
 import { layerRef } from './addresses.js';
 import { indexOwnedSandboxes } from './planner.js';
+import { sandboxStateOf } from './state-records.js';
 
 /**
  * The state updated from the live view: each recorded fleet's sandboxes
@@ -28,13 +29,10 @@ export function reconcileState(state: StateFile, live: LiveView): StateFile {
     }
     const sandboxes: Record<string, SandboxState> = {};
     for (const sandbox of owned.get(resource.name) ?? []) {
-      sandboxes[sandbox.id] = {
-        id: sandbox.id,
-        node: sandbox.node,
-        specHash: sandbox.labels[LABEL_SPEC] ?? resource.sandboxes[sandbox.id]?.specHash ?? '',
-        resources: sandbox.resources,
-        createdAt: sandbox.createdAt,
-      };
+      sandboxes[sandbox.id] = sandboxStateOf(
+        sandbox,
+        sandbox.labels[LABEL_SPEC] ?? resource.sandboxes[sandbox.id]?.specHash,
+      );
     }
     resources[address] = { ...resource, sandboxes } satisfies FleetState;
   }

@@ -4,30 +4,19 @@
  * applies exactly without reading the config again. Before applying one the
  * caller checks it was made against the state as it is now.
  */
-import { randomBytes } from 'node:crypto';
-import { open, readFile, rename, rm } from 'node:fs/promises';
-import path from 'node:path';
+import { readFile } from 'node:fs/promises';
 import { DsecError } from '../errors.js';
 import type { Plan, StateFile } from '../plan.js';
+import { writeFileAtomic } from '../state/files.js';
 import { compileSchema } from './ajv.js';
 import { PLAN_FILE_SCHEMA } from './plan-file-schema.js';
 
 let validatePlanFile: ReturnType<typeof compileSchema> | undefined;
 
 export async function savePlan(plan: Plan, file: string): Promise<void> {
-  const temp = path.join(path.dirname(file), `.${path.basename(file)}.${randomBytes(4).toString('hex')}.tmp`);
-  // 0600: a plan carries the environments' variables, which may be secrets.
-  const handle = await open(temp, 'wx', 0o600);
-  try {
-    await handle.writeFile(`${JSON.stringify(plan)}\n`);
-    await handle.sync();
-  } catch (error) {
-    await handle.close();
-    await rm(temp, { force: true });
-    throw error;
-  }
-  await handle.close();
-  await rename(temp, file);
+  // Written like the state (temp file, fsync, rename), with mode 0600: a plan
+  // carries the environments' variables, which may be secrets.
+  await writeFileAtomic(file, `${JSON.stringify(plan)}\n`);
 }
 
 export async function loadPlan(file: string): Promise<Plan> {

@@ -3,7 +3,7 @@
  * sandboxes it must replace regardless of drift.
  */
 import { DsecError } from '../errors.js';
-import type { FleetState, StateFile } from '../plan.js';
+import type { FleetState } from '../plan.js';
 import { layerAddress, layerRef, parseAddress } from './addresses.js';
 import { dependenciesOf, type Graph } from './graph.js';
 
@@ -15,9 +15,6 @@ const usage = (flag: string, address: string): DsecError =>
     message: `${flag} ${address}: not a resource address (expected layer.<name>@<version>, environment.<name> or fleet.<name>)`,
   });
 
-const fleetRecords = (state: StateFile): FleetState[] =>
-  Object.values(state.resources).filter((resource): resource is FleetState => resource.type === 'fleet');
-
 /**
  * Normal mode: each target plus what it depends on (a fleet pulls in its
  * layers). Destroy mode goes the other way, as Terraform's does: destroying a
@@ -27,14 +24,15 @@ export function targetScope(args: {
   targets: readonly string[] | undefined;
   mode: 'normal' | 'destroy';
   graph: Graph;
-  state: StateFile;
+  /** Every address the state holds, and its fleet records (destroy mode follows them to their layers). */
+  recorded: { addresses: Iterable<string>; fleets: Iterable<FleetState> };
   liveFleets: Iterable<string>;
   warn: (message: string) => void;
 }): Scope {
-  const { targets, mode, graph, state } = args;
+  const { targets, mode, graph, recorded } = args;
   if (!targets || targets.length === 0) return () => true;
   const known = new Set<string>(mode === 'normal' ? graph.nodes.keys() : []);
-  for (const address of Object.keys(state.resources)) known.add(address);
+  for (const address of recorded.addresses) known.add(address);
   for (const fleet of args.liveFleets) known.add(`fleet.${fleet}`);
 
   const included = new Set<string>();
@@ -58,7 +56,7 @@ export function targetScope(args: {
         continue;
       }
       included.add(address);
-      for (const fleet of fleetRecords(state)) {
+      for (const fleet of recorded.fleets) {
         const usesLayer = fleet.attributes.layers.some(
           (layer) => layerAddress(layerRef(layer.name, layer.version)) === address,
         );
