@@ -16,6 +16,7 @@ import { socketAddress } from './layout.js';
 
 /** Request bodies above this are refused (413): layers travel as paths, not bytes. */
 export const MAX_BODY_BYTES = 8 * 1024 * 1024;
+const CLOSE_GRACE_MS = 3_000;
 
 const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_AGENT_REQUEST: 400,
@@ -85,6 +86,8 @@ export function createAgentServer(agent: NodeAgent, options: { socketPath: strin
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
+        // Requests in flight (a long exec) get a short grace, then are cut: the sandboxes keep running.
+        setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS).unref();
       });
       await rm(options.socketPath, { force: true });
     },
