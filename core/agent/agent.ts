@@ -178,6 +178,8 @@ export class NodeAgent {
       await this.dsec.hooks.destroy.promise(entry.ctx);
       await entry.writing?.catch(() => {});
       this.store.delete(id);
+      // A write queued just before the delete may still be landing in the folder.
+      await entry.writing?.catch(() => {});
       await removeTree(entry.ctx.dir);
     } catch (error) {
       if (!this.store.get(id)) this.store.add(entry);
@@ -194,7 +196,15 @@ export class NodeAgent {
     const request: ExecRequest = checkExecRequest(requestInput);
     const entry = this.running(id);
     const hook = this.backendHook('exec', entry.ctx.spec.backend);
-    const result = await hook.promise(entry.ctx, request);
+    let result: ExecResult | undefined;
+    try {
+      result = await hook.promise(entry.ctx, request);
+    } catch (error) {
+      // The sandbox may have died since we last looked: say that, rather than the runtime's words.
+      await this.probe(entry, { fresh: true });
+      if (entry.ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
+      throw error;
+    }
     if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: entry.ctx.spec.backend, operation: 'exec' });
     entry.lastActivityAt = new Date().toISOString();
     // Recorded for the idle reaper; not worth making the caller wait for the fsync.
