@@ -7,7 +7,7 @@
  *   <root>/sandboxes/<id>/   one folder per sandbox (record.json, backend files)
  *   <root>/<plugin name>/    each plugin's own data
  */
-import { openSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, statSync } from 'node:fs';
 import path from 'node:path';
 
 export function agentPaths(root: string) {
@@ -37,9 +37,24 @@ export function socketAddress(socketPath: string): string {
   if (Buffer.byteLength(socketPath) <= MAX_SOCKET_PATH) return socketPath;
   const dir = path.dirname(socketPath);
   let fd = dirHandles.get(dir);
+  // The folder may have been removed and made again since: then hold the new one.
+  if (fd !== undefined && !sameInode(fd, dir)) {
+    closeSync(fd);
+    fd = undefined;
+  }
   if (fd === undefined) {
     fd = openSync(dir, 'r');
     dirHandles.set(dir, fd);
   }
   return `/proc/self/fd/${fd}/${path.basename(socketPath)}`;
+}
+
+function sameInode(fd: number, dir: string): boolean {
+  try {
+    const held = fstatSync(fd);
+    const now = statSync(dir);
+    return held.ino === now.ino && held.dev === now.dev;
+  } catch {
+    return false;
+  }
 }

@@ -6,7 +6,8 @@ import { mkdirSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startAgentDaemon } from '../../../core/agent/daemon.js';
+import { AgentClient } from '../../../core/agent/client.js';
+import { startAgentDaemon, stopAgent } from '../../../core/agent/daemon.js';
 import type { SandboxSpec } from '../../../core/live.js';
 import { mountPointsUnder, REPO, runcContainers, TestAgent } from '../../helpers/agent-fixture.js';
 
@@ -141,6 +142,27 @@ describe('agent API', () => {
     } finally {
       await agent.client.destroySandbox('lab-1');
       await agent.client.destroySandbox('lab-2');
+    }
+  });
+
+  it('creates a sandbox once when the same id is asked for concurrently', async () => {
+    const results = await Promise.all([1, 2, 3, 4].map(() => agent.client.createSandbox(spec('same-id'))));
+    expect(new Set(results.map((result) => result.createdAt)).size).toBe(1);
+    expect(runcContainers().filter((id) => id === agent.containerId('same-id'))).toHaveLength(1);
+    await agent.client.destroySandbox('same-id');
+  });
+
+  it('serves on a socket whose path is longer than a Unix socket address allows', async () => {
+    const deepRoot = path.join(agent.tmp, 'd'.repeat(60), 'e'.repeat(60), 'agent');
+    expect(Buffer.byteLength(path.join(deepRoot, 'agent.sock'))).toBeGreaterThan(108);
+    await startAgentDaemon({ root: deepRoot, builtins: false, plugins: [{ name: 'backend-container', options: {} }] });
+    const client = new AgentClient(path.join(deepRoot, 'agent.sock'));
+    try {
+      expect((await client.node()).backends).toEqual(['container']);
+      expect(statSync(path.join(deepRoot, 'agent.sock')).mode & 0o777).toBe(0o600);
+    } finally {
+      client.close();
+      await stopAgent(deepRoot);
     }
   });
 
