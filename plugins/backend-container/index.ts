@@ -6,7 +6,7 @@
  *   provision  upper/ work/ rootfs/ -> overlay mount -> config.json -> runc run --detach
  *   exec       runc exec, output capped, killed on timeout
  *   update     runc update (memory, swap, pids, cpu)
- *   probe      runc state
+ *   probe      the init's pid + start time (runc state when unknown)
  *   destroy    runc kill + delete, unmount, sweep cgroups (idempotent)
  *
  * It imports only the public plugin API, like any third-party backend.
@@ -27,6 +27,7 @@ import {
 } from '../../core/plugin-api.js';
 import { bundleConfig, cpuShares, CPU_PERIOD_US } from './bundle.js';
 import { removeCgroupDirs } from './cgroups.js';
+import { processStartTime, quickProbe } from './liveness.js';
 import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
 import { mountOverlay, unmountAll } from './rootfs.js';
 import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
@@ -53,6 +54,8 @@ export interface ContainerRecord {
   readonly containerId: string;
   readonly cgroupsPath: string;
   readonly initPid?: number;
+  /** The init's start time (/proc/<pid>/stat field 22): with the pid, tells it from a recycled pid. */
+  readonly initStart?: string;
 }
 
 /**
@@ -136,7 +139,8 @@ async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<tru
   // --pid-file rather than a `runc state` afterwards: one process spawn less per create.
   await startDetached(runtime, ['run', '--detach', '--pid-file', paths.initPid, '--bundle', sandbox.dir, cid], paths.initLog);
   const initPid = Number.parseInt(await readFile(paths.initPid, 'utf8').catch(() => ''), 10);
-  sandbox.backend = { ...record, ...(Number.isInteger(initPid) ? { initPid } : {}) };
+  const initStart = Number.isInteger(initPid) ? await processStartTime(initPid) : undefined;
+  sandbox.backend = { ...record, ...(Number.isInteger(initPid) ? { initPid } : {}), ...(initStart ? { initStart } : {}) };
   return true;
 }
 
@@ -165,7 +169,10 @@ async function update(runtime: Runtime, sandbox: SandboxContext, resources: Reso
 }
 
 async function probe(runtime: Runtime, sandbox: SandboxContext): Promise<BackendProbe> {
-  const state = await containerState(runtime, containerIdOf(sandbox));
+  const cid = containerIdOf(sandbox);
+  const quick = await quickProbe(sandbox.backend.initPid, sandbox.backend.initStart, cgroupsPathOf(cid));
+  if (quick !== undefined) return quick;
+  const state = await containerState(runtime, cid);
   if (state?.status === 'running') return 'running';
   if (state?.status === 'paused') return 'paused';
   return 'stopped';

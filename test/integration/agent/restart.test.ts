@@ -89,6 +89,16 @@ describe('agent restart', () => {
     await agent.client.destroySandbox('outside');
   });
 
+  it('reports a sandbox paused from outside as paused, and running again once resumed', async () => {
+    await agent.client.createSandbox(spec('frozen'));
+    execFileSync('runc', ['pause', agent.containerId('frozen')]);
+    expect((await agent.client.getSandbox('frozen')).status).toBe('paused');
+    execFileSync('runc', ['resume', agent.containerId('frozen')]);
+    expect((await agent.client.getSandbox('frozen')).status).toBe('running');
+    expect((await agent.client.exec('frozen', { cmd: ['echo', 'thawed'] })).stdout).toBe('thawed\n');
+    await agent.client.destroySandbox('frozen');
+  });
+
   it('stops on request, leaving sandboxes running for the next agent', async () => {
     await agent.stop();
     expect(await agent.pid()).toBeNull();
