@@ -166,6 +166,14 @@ describe('agent API', () => {
     }
   });
 
+  it('reports an agent that cannot start with the tail of its log', async () => {
+    const root = path.join(agent.tmp, 'broken-agent');
+    const error = await startAgentDaemon({ root, builtins: false, plugins: [{ name: './no-such-plugin.mjs', options: {} }], baseDir: agent.tmp }).catch((e) => e);
+    expect(error).toMatchObject({ code: 'DSEC_AGENT_START' });
+    expect(error.message).toMatch(/it exited with code 1; last lines of .*agent\.log:/);
+    expect(error.message).toContain('could not load plugin ./no-such-plugin.mjs: no file');
+  });
+
   it('does not start a second agent on a root that already has one', async () => {
     const before = await agent.pid();
     const again = await startAgentDaemon({ root: agent.root, builtins: false });
