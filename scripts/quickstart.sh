@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 npm run build --silent
 npm link --silent --no-audit --no-fund >/dev/null 2>&1 || echo "quickstart: could not npm link; use $(pwd)/bin/dsec.js as dsec"
-dsec() { node "$(pwd)/bin/dsec.js" "$@"; }
+repo=$(pwd)
+dsec() { node "$repo/bin/dsec.js" "$@"; }
 
 cd examples/quickstart
 echo "+ dsec plan"

@@ -28,9 +28,6 @@ export interface NodeAgentOptions {
   readonly name?: string;
 }
 
-/** A backend's answer is trusted for this long before `get`/`list` ask again. */
-const PROBE_TTL_MS = 2_000;
-
 export class NodeAgent {
   readonly dsec: Dsec;
   readonly root: string;
@@ -130,7 +127,6 @@ export class NodeAgent {
         throw new DsecError('DSEC_BACKEND_FAILED', { backend: spec.backend, operation: 'provision', id: spec.id, message: 'no tap reported it running' });
       }
       ctx.status = 'running';
-      entry.probedAt = Date.now();
       await this.store.persist(entry);
     } catch (error) {
       await this.failCreate(entry, error);
@@ -201,7 +197,7 @@ export class NodeAgent {
       result = await hook.promise(entry.ctx, request);
     } catch (error) {
       // The sandbox may have died since we last looked: say that, rather than the runtime's words.
-      await this.probe(entry, { fresh: true });
+      await this.probe(entry);
       if (entry.ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
       throw error;
     }
@@ -232,8 +228,7 @@ export class NodeAgent {
     const id = checkSandboxId(idInput);
     const entry = this.store.get(id);
     if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-    // One sandbox is cheap to ask about: always fresh.
-    await this.probe(entry, { fresh: true });
+    await this.probe(entry);
     return toInfo(entry);
   }
 
@@ -243,6 +238,8 @@ export class NodeAgent {
     const entries = this.store
       .all()
       .filter((entry) => wanted.every(([key, value]) => entry.ctx.spec.labels[key] === value));
+    // Always ask the backend: refresh must see a sandbox killed a moment ago,
+    // and the container backend's probe reads /proc without spawning anything.
     await forEachLimited(entries, 8, (entry) => this.probe(entry));
     return entries.map(toInfo).sort((a, b) => a.id.localeCompare(b.id));
   }
@@ -306,19 +303,16 @@ export class NodeAgent {
   }
 
   /** Ask the backend what became of a sandbox we believe is up; a vanished one becomes `stopped`. */
-  private async probe(entry: SandboxEntry, options: { force?: boolean; fresh?: boolean } = {}): Promise<void> {
+  private async probe(entry: SandboxEntry, options: { force?: boolean } = {}): Promise<void> {
     const { ctx } = entry;
     const up = ctx.status === 'running' || ctx.status === 'paused';
     if (!up && !(options.force && ctx.status === 'stopped')) return;
     // `force`: the caller holds the lock; otherwise an operation in flight knows better.
     if (this.store.isBusy(ctx.spec.id) && !options.force) return;
-    const recent = entry.probedAt !== undefined && Date.now() - entry.probedAt < PROBE_TTL_MS;
-    if (recent && !options.force && !options.fresh) return;
     const hook = this.dsec.hooks.probe.get(ctx.spec.backend);
     if (!hook || !hook.isUsed()) return;
     try {
       const seen = await hook.promise(ctx);
-      entry.probedAt = Date.now();
       if (seen !== undefined && seen !== ctx.status) {
         this.log.info(`sandbox ${ctx.spec.id}: was ${ctx.status}, the backend reports ${seen}`);
         ctx.status = seen;

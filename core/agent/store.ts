@@ -32,8 +32,6 @@ export interface SandboxEntry {
   ctx: SandboxContext & { spec: SandboxSpec };
   error?: string;
   lastActivityAt?: string;
-  /** When the backend was last asked what became of it (ms since epoch). */
-  probedAt?: number;
   /** Set once the sandbox's folder is gone: later writes are skipped. */
   removed?: boolean;
   writing?: Promise<void>;
