@@ -6,7 +6,10 @@
  * config folder, so the output does not depend on where the project lives.
  */
 import path from 'node:path';
+import { stableStringify } from '../util/canonical-json.js';
 import type { ConfigModel, LayerSource, PluginRef, ProviderModel } from '../model.js';
+
+export { stableStringify };
 
 export function synthConfig(model: ConfigModel): string {
   const { file: _file, dir, ...rest } = model;
@@ -47,22 +50,4 @@ export function relativeTo(dir: string, target: string): string {
 function isInside(dir: string, target: string): boolean {
   const relative = path.relative(dir, target);
   return relative !== '' && !relative.startsWith('..') && !path.isAbsolute(relative);
-}
-
-/** JSON with object keys sorted at every level; arrays keep their order. */
-export function stableStringify(value: unknown): string {
-  return JSON.stringify(sortDeep(value), null, 2);
-}
-
-function sortDeep(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(sortDeep);
-  if (typeof value === 'object' && value !== null) {
-    const sorted: Record<string, unknown> = {};
-    for (const key of Object.keys(value).sort()) {
-      const inner = (value as Record<string, unknown>)[key];
-      if (inner !== undefined) sorted[key] = sortDeep(inner);
-    }
-    return sorted;
-  }
-  return value;
 }

@@ -9,8 +9,8 @@ import type { LayerRef, SandboxInfo } from '../live.js';
 import type { ConfigModel, FleetModel } from '../model.js';
 import type { FleetState } from '../plan.js';
 import { fleetAddress, layerRef, requireLayerRef } from './addresses.js';
-import { canonicalJson } from './canonical-json.js';
-import { fleetSpecHash } from './spec.js';
+import { canonicalJson } from '../util/canonical-json.js';
+import { fleetSpecHash, specIdentityOf } from './spec.js';
 
 export type FleetAttributes = FleetState['attributes'];
 
@@ -32,15 +32,6 @@ export function resolveFleet(
     if (!digest) throw new Error(`makePlan: no digest was computed for layer ${layer.ref}`);
     return { name: layer.name, version: layer.version, digest };
   });
-  const identity = {
-    backend: fleet.backend,
-    layers,
-    env: environment.env,
-    workdir: environment.workdir,
-    user: environment.user,
-    network: fleet.network,
-    qos: fleet.qos,
-  };
   return {
     name: fleet.name,
     environment: fleet.environment,
@@ -56,7 +47,7 @@ export function resolveFleet(
     env: environment.env,
     workdir: environment.workdir,
     user: environment.user,
-    specHash: fleetSpecHash(identity),
+    specHash: fleetSpecHash(specIdentityOf(fleet, environment, layers)),
   };
 }
 

@@ -17,4 +17,4 @@ export { applyPlan, type ApplyDeps, type ApplyResult } from './apply.js';
 export { planProject, type PlanProjectArgs } from './engine.js';
 export { reconcileState, liveViewFromState } from './refresh.js';
 export { createLimiter, type Limiter } from './limiter.js';
-export { canonicalJson } from './canonical-json.js';
+export { canonicalJson } from '../util/canonical-json.js';

@@ -15,7 +15,7 @@ import type {
   SandboxState,
 } from '../plan.js';
 import { fleetAddress } from './addresses.js';
-import { canonicalJson } from './canonical-json.js';
+import { canonicalJson } from '../util/canonical-json.js';
 import {
   displayFleet,
   displayLiveFleet,

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { DsecError } from '../errors.js';
 import type { Plan, StateFile } from '../plan.js';
 import { writeFileAtomic } from '../state/files.js';
-import { compileSchema } from './ajv.js';
+import { compileSchema } from '../util/ajv.js';
 import { PLAN_FILE_SCHEMA } from './plan-file-schema.js';
 
 let validatePlanFile: ReturnType<typeof compileSchema> | undefined;

@@ -6,7 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LayerRef, type SandboxSpec } from '../live.js';
 import type { EnvironmentModel, FleetModel } from '../model.js';
-import { canonicalJson } from './canonical-json.js';
+import { canonicalJson } from '../util/canonical-json.js';
 
 /** Everything that cannot change on a running sandbox: a change forces a replace. */
 export interface SpecIdentity {
@@ -39,6 +39,23 @@ export function fleetSpecHash(identity: SpecIdentity): string {
 type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels'>;
 type EnvironmentPart = Pick<EnvironmentModel, 'env' | 'workdir' | 'user'>;
 
+/** The spec identity of a fleet's sandboxes, from the fleet, its environment and its resolved layers. */
+export function specIdentityOf(
+  fleet: Pick<FleetModel, 'backend' | 'network' | 'qos'>,
+  environment: EnvironmentPart,
+  layers: readonly LayerRef[],
+): SpecIdentity {
+  return {
+    backend: fleet.backend,
+    layers,
+    env: environment.env,
+    workdir: environment.workdir,
+    user: environment.user,
+    network: fleet.network,
+    qos: fleet.qos,
+  };
+}
+
 /**
  * The spec of one sandbox of `fleet`. Its labels carry ownership (lineage),
  * the fleet and the spec hash, so refresh can tell which fleet a sandbox
@@ -51,15 +68,7 @@ export function sandboxSpecFor(
   lineage: string,
   id: string,
 ): SandboxSpec {
-  const specHash = fleetSpecHash({
-    backend: fleet.backend,
-    layers: layerRefs,
-    env: environment.env,
-    workdir: environment.workdir,
-    user: environment.user,
-    network: fleet.network,
-    qos: fleet.qos,
-  });
+  const specHash = fleetSpecHash(specIdentityOf(fleet, environment, layerRefs));
   return {
     id,
     backend: fleet.backend,

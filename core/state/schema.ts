@@ -4,8 +4,8 @@
  * resources the write changed (resources are shared between versions of the
  * state, so one already checked is not checked again).
  */
-import { compileSchema } from '../engine/ajv.js';
-import { readSchema } from '../engine/package-files.js';
+import { compileSchema } from '../util/ajv.js';
+import { readSchema } from '../util/package-files.js';
 import type { StateFile } from '../plan.js';
 
 type Validator = (value: unknown) => string | undefined;

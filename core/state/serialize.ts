@@ -10,7 +10,7 @@
  * "Did the content change?" compares the content part only.
  */
 import type { ResourceState, StateFile } from '../plan.js';
-import { sortKeys } from '../engine/canonical-json.js';
+import { sortKeys } from '../util/canonical-json.js';
 
 const pieces = new WeakMap<object, string>();
 

@@ -7,6 +7,11 @@ export function canonicalJson(value: unknown): string {
   return JSON.stringify(sortKeys(value));
 }
 
+/** Pretty JSON with sorted keys (2-space indent): `dsec synth`, byte-identical for the same input. */
+export function stableStringify(value: unknown): string {
+  return JSON.stringify(sortKeys(value), null, 2);
+}
+
 /** The same value with every object's keys in sorted order, for stable pretty-printing too. */
 export function sortKeys(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(sortKeys);
