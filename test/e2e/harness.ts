@@ -29,10 +29,23 @@ export class Project {
   /** A temp copy of `examples/<name>` (or an empty folder), placed outside the repo on purpose. */
   static copy(example?: string): Project {
     const dir = mkdtempSync(path.join(tmpdir(), 'dsec-e2e-'));
-    if (example) cpSync(path.join(REPO, 'examples', example), dir, { recursive: true });
-    // As if the project had run `npm install dsec`: plugins and dsec.ts import it.
-    mkdirSync(path.join(dir, 'node_modules'));
-    symlinkSync(REPO, path.join(dir, 'node_modules', 'dsec'));
+    // Never the example's own .dsec (someone may have applied it in place: its
+    // state, agent pid and sockets belong to that copy) nor its node_modules.
+    const source = example && path.join(REPO, 'examples', example);
+    try {
+      if (source) {
+        cpSync(source, dir, {
+          recursive: true,
+          filter: (from) => !['.dsec', 'node_modules'].includes(path.relative(source, from).split(path.sep)[0]),
+        });
+      }
+      // As if the project had run `npm install dsec`: plugins and dsec.ts import it.
+      mkdirSync(path.join(dir, 'node_modules'));
+      symlinkSync(REPO, path.join(dir, 'node_modules', 'dsec'));
+    } catch (error) {
+      rmSync(dir, { recursive: true, force: true });
+      throw error;
+    }
     return new Project(dir);
   }
 
