@@ -139,3 +139,46 @@ export function killLeftovers(agentRoot: string): void {
     }
   }
 }
+
+export interface FleetDecl {
+  replicas: number;
+  backend?: string;
+}
+
+/**
+ * A small project: one busybox base layer, one environment, and these
+ * fleets with 64Mi of memory each (the e2e suites keep sandboxes tiny).
+ */
+export function busyboxConfig(fleets: Record<string, FleetDecl>): string {
+  const lines = [
+    'version: 1',
+    'layers:',
+    '  base:',
+    '    kind: base',
+    '    version: 1.0.0',
+    '    source: { busybox: {} }',
+    'environments:',
+    '  shell:',
+    '    layers: [base]',
+    'fleets:',
+  ];
+  for (const [name, fleet] of Object.entries(fleets)) {
+    lines.push(`  ${name}:`, '    environment: shell', `    backend: ${fleet.backend ?? 'container'}`, `    replicas: ${fleet.replicas}`);
+    lines.push('    resources: { cpu: 0.25, memory: 64Mi, pids: 64 }');
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+export interface SandboxJson {
+  id: string;
+  status: string;
+  labels: Record<string, string>;
+  resources: { memoryMiB: number };
+  handle?: string;
+}
+
+/** The runc containers whose bundle lies under this project (id, pid, status). */
+export function runcContainers(project: Project): { id: string; pid: number; status: string; bundle: string }[] {
+  const all = JSON.parse(execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8' }) || '[]') ?? [];
+  return (all as { id: string; pid: number; status: string; bundle: string }[]).filter((c) => c.bundle.startsWith(`${project.dir}/`));
+}

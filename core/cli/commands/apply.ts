@@ -14,7 +14,7 @@ import { planFor, type PlanFlags } from './plan.js';
 import { applyPlan, type ApplyResult } from '../../engine/apply.js';
 import { countChanges, planHasChanges, planToJson, renderPlan } from '../../engine/render.js';
 import { assertPlanFresh, loadPlan } from '../../engine/saved-plan.js';
-import { DsecError } from '../../errors.js';
+import { DsecError, isDsecError } from '../../errors.js';
 import type { Plan } from '../../plan.js';
 
 interface ApplyFlags extends PlanFlags {
@@ -58,7 +58,7 @@ async function runApply(ctx: CliContext, flags: ApplyFlags, planFile: string | u
     if (!flags.json) {
       dsec.hooks.afterChange.tap('cli-report', (change, error) => {
         const verb = error ? c.red('failed') : c.green('done');
-        process.stderr.write(`${change.address}: ${change.action} ${verb}${error ? `: ${error.message}` : ''}\n`);
+        process.stderr.write(`${change.address}: ${change.action} ${verb}${error ? `: ${describeFailure(change.address, error)}` : ''}\n`);
       });
     }
     let result: ApplyResult;
@@ -85,7 +85,7 @@ function report(plan: Plan, result: ApplyResult, flags: ApplyFlags, destroy: boo
     printJson({
       plan: planToJson(plan),
       succeeded: result.succeeded.map((change) => change.address),
-      failed: result.failed.map(({ change, error }) => ({ address: change.address, error: error.message })),
+      failed: result.failed.map(({ change, error }) => ({ address: change.address, error: error.message, codes: errorCodes(error) })),
       sandboxes: result.sandboxes,
     });
     return result.failed.length > 0 ? 1 : 0;
@@ -99,9 +99,25 @@ function report(plan: Plan, result: ApplyResult, flags: ApplyFlags, destroy: boo
   }
   process.stdout.write(`\n${c.red(c.bold('Apply failed part-way.'))} What succeeded is recorded in the state; run apply again to converge.\n`);
   for (const change of result.succeeded) process.stdout.write(`  ${c.green('ok')}     ${change.address}\n`);
-  for (const { change, error } of result.failed) process.stdout.write(`  ${c.red('failed')} ${change.address}: ${error.message}\n`);
+  for (const { change, error } of result.failed) {
+    process.stdout.write(`  ${c.red('failed')} ${change.address}: ${describeFailure(change.address, error)}\n`);
+  }
   process.stdout.write(`  sandboxes: ${result.sandboxes.done} done, ${result.sandboxes.failed} failed\n`);
   return 1;
+}
+
+/** The dsec error codes along an error's cause chain, outermost first (a fleet's failure, then what the agent said). */
+function errorCodes(error: unknown): string[] {
+  const codes: string[] = [];
+  for (let at = error; at instanceof Error; at = at.cause) if (isDsecError(at)) codes.push(at.code);
+  return codes;
+}
+
+/** A failure after its address: the message without the address it may start with, and the root cause's code to search for. */
+function describeFailure(address: string, error: Error): string {
+  const message = error.message.startsWith(`${address}: `) ? error.message.slice(address.length + 2) : error.message;
+  const code = errorCodes(error).at(-1);
+  return code ? `${message} [${code}]` : message;
 }
 
 function applyOptions(command: Command): Command {
