@@ -4,7 +4,7 @@
  * sandboxes (through `dsec destroy`, then runc directly for anything left),
  * the project's agent, and the folder.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,8 +15,15 @@ export const DSEC_BIN = path.join(REPO, 'bin/dsec.js');
 
 export interface RunResult {
   code: number;
+  /** The signal that ended it, if one did. */
+  signal?: NodeJS.Signals | null;
   stdout: string;
   stderr: string;
+}
+
+export interface RunningCommand {
+  child: ChildProcess;
+  result: Promise<RunResult>;
 }
 
 export class Project {
@@ -69,20 +76,26 @@ export class Project {
   }
 
   run(args: readonly string[], options: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> {
-    return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [DSEC_BIN, ...args], {
-        cwd: this.dir,
-        env: { ...process.env, NO_COLOR: '1', ...options.env },
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
+    return this.start(args, options).result;
+  }
+
+  /** Start `dsec` without waiting: for tests that kill it part-way. `result` settles once it exited. */
+  start(args: readonly string[], options: { input?: string; env?: NodeJS.ProcessEnv } = {}): RunningCommand {
+    const child = spawn(process.execPath, [DSEC_BIN, ...args], {
+      cwd: this.dir,
+      env: { ...process.env, NO_COLOR: '1', ...options.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const result = new Promise<RunResult>((resolve, reject) => {
       let stdout = '';
       let stderr = '';
       child.stdout.on('data', (d) => (stdout += d));
       child.stderr.on('data', (d) => (stderr += d));
       child.on('error', reject);
-      child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-      child.stdin.end(options.input ?? '');
+      child.on('close', (code, signal) => resolve({ code: code ?? -1, signal, stdout, stderr }));
     });
+    child.stdin.end(options.input ?? '');
+    return { child, result };
   }
 
   async json<T = unknown>(args: readonly string[]): Promise<T> {
@@ -179,6 +192,29 @@ export interface SandboxJson {
 
 /** The runc containers whose bundle lies under this project (id, pid, status). */
 export function runcContainers(project: Project): { id: string; pid: number; status: string; bundle: string }[] {
-  const all = JSON.parse(execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8' }) || '[]') ?? [];
+  // runc warns on stderr about containers being created or deleted meanwhile: not ours to print.
+  const listed = execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  const all = JSON.parse(listed || '[]') ?? [];
   return (all as { id: string; pid: number; status: string; bundle: string }[]).filter((c) => c.bundle.startsWith(`${project.dir}/`));
+}
+
+/** Poll `check` until it returns a value (not undefined/false), or fail after `timeoutMs`. */
+export async function waitFor<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 20_000, everyMs = 20): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+}
+
+/** How many sandboxes the state file records for a fleet right now (0 before the first write). */
+export function recordedSandboxes(project: Project, fleet: string): string[] {
+  try {
+    const state = JSON.parse(project.read('.dsec/state.json')) as { resources: Record<string, { sandboxes?: Record<string, unknown> }> };
+    return Object.keys(state.resources[`fleet.${fleet}`]?.sandboxes ?? {});
+  } catch {
+    return [];
+  }
 }
