@@ -17,7 +17,11 @@ export interface PlanProjectArgs {
   readonly provider: Provider;
   readonly state: StateFile;
   readonly dsec: Dsec;
-  /** `refresh: false` plans from the state alone, without asking the cluster. @default true */
+  /**
+   * `refresh: false` takes the live view from the state alone: no sandbox or
+   * layer is listed, so drift goes unseen. The provider still digests the
+   * declared layers' sources, which are config, not cluster. @default true
+   */
   readonly options: PlanOptions & { readonly refresh?: boolean };
 }
 

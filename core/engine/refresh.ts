@@ -1,8 +1,9 @@
 /**
  * The state and the live view, each seen through the other. `dsec refresh`
  * folds the live view into the state; `plan --refresh=false` plans against
- * a live view made from the state alone (no agent is asked, drift goes
- * unseen, as with Terraform's -refresh=false).
+ * a live view made from the state alone (no sandbox or layer is listed, drift
+ * goes unseen, as with Terraform's -refresh=false; the declared layers are
+ * still digested, since their sources are config).
  */
 import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LiveView, type SandboxInfo } from '../live.js';
 import type { FleetState, SandboxState, StateFile } from '../plan.js';

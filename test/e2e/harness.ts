@@ -126,7 +126,8 @@ export function killLeftovers(agentRoot: string): void {
   }
   let containers: { id: string; bundle: string }[] = [];
   try {
-    containers = JSON.parse(execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8' }) || '[]') ?? [];
+    const listed = execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    containers = JSON.parse(listed || '[]') ?? [];
   } catch {
     containers = [];
   }
