@@ -20,7 +20,7 @@ import { NodeAgent } from './agent.js';
 import { AgentClient } from './client.js';
 import { agentPaths, EXIT_ALREADY_RUNNING } from './layout.js';
 import { fileLogger } from './log.js';
-import { isAgentProcess } from './process.js';
+import { lockAgentRoot } from './root-lock.js';
 import { createAgentServer } from './server.js';
 
 interface Args {
@@ -72,10 +72,12 @@ async function main(): Promise<void> {
   chmodSync(paths.root, 0o700);
   const log = fileLogger(paths.logFile, { debug: args.debug });
 
-  if ((await anotherAgentServes(paths)) || !takePidFile(paths.pidFile, paths.root)) {
+  // The lock first: once held, no other agent of this root can be starting, so the pid file is ours to write.
+  if (!(await lockAgentRoot(paths.root)) || (await anotherAgentServes(paths))) {
     log.info(`another agent already serves ${paths.root}; exiting`);
     process.exit(EXIT_ALREADY_RUNNING);
   }
+  writeFileSync(paths.pidFile, `${process.pid}\n`, { mode: 0o600 });
   log.info(`agent starting: pid ${process.pid}, root ${paths.root}, node ${args.name ?? '(hostname)'}`);
 
   const dsec = new Dsec({ log });
@@ -101,25 +103,6 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGHUP', () => log.info('SIGHUP ignored'));
   log.info(`agent listening on ${paths.socket}`);
-}
-
-/**
- * The pid file doubles as the lock on the root: created exclusively, and
- * taken over only from a process that is no longer an agent of this root.
- */
-function takePidFile(pidFile: string, root: string): boolean {
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600, flag: 'wx' });
-      return true;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const holder = Number.parseInt(readFileSafe(pidFile), 10);
-      if (Number.isInteger(holder) && holder !== process.pid && isAgentProcess(holder, root)) return false;
-      rmSync(pidFile, { force: true });
-    }
-  }
-  return false;
 }
 
 /** A live agent answering on the socket means: do not start a second one. */
