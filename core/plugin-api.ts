@@ -17,3 +17,5 @@ export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './error
 export * from './live.js';
 export type * from './model.js';
 export type * from './plan.js';
+/** The layer store machinery both storage plugins are built from. */
+export * from './layers/index.js';

@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Dsec } from '../../../core/dsec.js';
 import type { LayerRecord, Logger, SandboxContext } from '../../../core/plugin-api.js';
 import storageLocal, { PLUGIN_NAME } from '../../../plugins/storage-local/index.js';
-import { layerModel, makeWorkspace, rejectionOf, writeTree, type Workspace } from './helpers.js';
+import { layerModel, makeWorkspace, rejectionOf, writeTree, type Workspace } from '../layers/helpers.js';
 
 let ws: Workspace;
 beforeEach(async () => {

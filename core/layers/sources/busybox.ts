@@ -10,8 +10,8 @@ import { execFile } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import { DsecError } from '../../core/plugin-api.js';
-import { isErrno } from './fsutil.js';
+import { DsecError } from '../../errors.js';
+import { isErrno } from '../fsutil.js';
 
 const execFileAsync = promisify(execFile);
 

@@ -16,7 +16,7 @@
 import { createHash } from 'node:crypto';
 import { createReadStream, promises as fs, type BigIntStats } from 'node:fs';
 import { join } from 'node:path';
-import { DsecError, isDsecError } from '../../core/plugin-api.js';
+import { DsecError, isDsecError } from '../errors.js';
 import { isErrno, mapLimit } from './fsutil.js';
 
 /** Bumped when the listing format changes: old cached digests then no longer match. */

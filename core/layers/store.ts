@@ -19,13 +19,10 @@
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
-import {
-  DsecError,
-  type LayerModel,
-  type LayerRecord,
-  type LayerRef,
-  type Logger,
-} from '../../core/plugin-api.js';
+import { DsecError } from '../errors.js';
+import type { Logger } from '../hooks.js';
+import type { LayerRecord, LayerRef } from '../live.js';
+import type { LayerModel } from '../model.js';
 import { DigestCache } from './digest-cache.js';
 import { digestHex, type TreeDigest } from './digest.js';
 import {
@@ -91,7 +88,9 @@ export class LayerStore {
 
   constructor(
     readonly dir: string,
-    private readonly log: Logger,
+    readonly log: Logger,
+    /** Who owns the store (the plugin's name), for log lines and messages. */
+    readonly name = 'layer store',
   ) {
     this.layersDir = join(dir, 'layers');
     this.refsDir = join(dir, 'refs');
@@ -122,7 +121,7 @@ export class LayerStore {
     for (const name of await fs.readdir(this.stagingDir)) {
       const pid = Number(/^(\d+)-/.exec(name)?.[1]);
       if (Number.isInteger(pid) && pid !== process.pid && !processAlive(pid)) {
-        this.log.debug(`storage-local: removing staging left by process ${pid}: ${name}`);
+        this.log.debug(`${this.name}: removing staging left by process ${pid}: ${name}`);
         await removeTree(join(this.stagingDir, name));
       }
     }
@@ -220,7 +219,7 @@ export class LayerStore {
         const record = await this.readRef(ref.slice(0, at), ref.slice(at + 1));
         if (record) records.push(record);
       } catch (error) {
-        this.log.warn(`storage-local: skipping ${name}: ${(error as Error).message}`);
+        this.log.warn(`${this.name}: skipping ${name}: ${(error as Error).message}`);
       }
     }
     return records;
@@ -291,7 +290,7 @@ export class LayerStore {
   private inUsePath(sandboxId: string): string {
     if (!SAFE_SANDBOX_ID.test(sandboxId)) {
       throw new DsecError('DSEC_USAGE', {
-        message: `storage-local: sandbox id ${JSON.stringify(sandboxId)} is not valid ([a-z0-9-], at most 63 characters)`,
+        message: `${this.name}: sandbox id ${JSON.stringify(sandboxId)} is not valid ([a-z0-9-], at most 63 characters)`,
       });
     }
     return join(this.inUseDir, `${sandboxId}.json`);
@@ -304,7 +303,7 @@ export class LayerStore {
       try {
         records.push(JSON.parse(await fs.readFile(join(this.inUseDir, name), 'utf8')) as InUseRecord);
       } catch (error) {
-        if (!isErrno(error, 'ENOENT')) this.log.warn(`storage-local: skipping in-use record ${name}: ${(error as Error).message}`);
+        if (!isErrno(error, 'ENOENT')) this.log.warn(`${this.name}: skipping in-use record ${name}: ${(error as Error).message}`);
       }
     }
     return records;
@@ -323,7 +322,7 @@ export class LayerStore {
       try {
         used.add((JSON.parse(await fs.readFile(join(this.refsDir, name), 'utf8')) as LayerRecord).digest);
       } catch (error) {
-        this.log.warn(`storage-local: not collecting unused layer trees: ${name} is unreadable (${(error as Error).message})`);
+        this.log.warn(`${this.name}: not collecting unused layer trees: ${name} is unreadable (${(error as Error).message})`);
         return;
       }
     }

@@ -1,41 +1,14 @@
 /**
- * Materialise a layer's source (a directory, an archive, a busybox binary)
- * as a tree in a staging directory, with the owners, modes and symlinks the
- * layer will have once published.
+ * A `dir` source: the tree copied as it is, with modes, owners, mtimes,
+ * symlinks and hard links within the tree.
  */
 import { constants, promises as fs } from 'node:fs';
 import { join, sep } from 'node:path';
-import { DsecError, isDsecError, type LayerModel, type LayerSource } from '../../core/plugin-api.js';
-import { extractArchive } from './archive.js';
-import { buildBusyboxRootfs } from './busybox.js';
-import { walkTree, type TreeEntry } from './digest.js';
-import { mapLimit } from './fsutil.js';
+import { DsecError, isDsecError } from '../../errors.js';
+import { walkTree, type TreeEntry } from '../digest.js';
+import { mapLimit } from '../fsutil.js';
 
 const COPY_CONCURRENCY = 8;
-
-/** Fill the existing, empty directory `target` with the layer's content. */
-export async function materialise(layer: LayerModel, target: string): Promise<void> {
-  const source: LayerSource = layer.source;
-  switch (source.type) {
-    case 'dir':
-      await copyTree(source.path, target, layer.ref);
-      break;
-    case 'tar':
-      await extractArchive(source.path, target, layer.ref);
-      break;
-    case 'busybox':
-      await buildBusyboxRootfs(source.path, target, layer.ref);
-      break;
-    default:
-      throw new DsecError('DSEC_LAYER_SOURCE', {
-        ref: layer.ref,
-        message: `unknown source type ${JSON.stringify((source as { type: unknown }).type)}`,
-      });
-  }
-  // The root is not part of the digest, so it must not vary either.
-  await fs.chown(target, 0, 0);
-  await fs.chmod(target, 0o755);
-}
 
 /**
  * Copy the tree at `source` into `target`: modes, owners and mtimes kept,

@@ -3,8 +3,8 @@ import { promises as fs } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DigestCache, signTree } from '../../../plugins/storage-local/digest-cache.js';
-import { LISTING_VERSION, digestTree, walkTree } from '../../../plugins/storage-local/digest.js';
+import { DigestCache, signTree } from '../../../core/layers/digest-cache.js';
+import { LISTING_VERSION, digestTree, walkTree } from '../../../core/layers/digest.js';
 import { layerModel, makeWorkspace, rejectionOf, writeTree, type Workspace } from './helpers.js';
 
 let ws: Workspace;

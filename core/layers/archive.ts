@@ -27,7 +27,7 @@ import { join, posix } from 'node:path';
 import { pipeline, type Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import * as tar from 'tar';
-import { DsecError } from '../../core/plugin-api.js';
+import { DsecError } from '../errors.js';
 import { walkTree } from './digest.js';
 import { isErrno } from './fsutil.js';
 

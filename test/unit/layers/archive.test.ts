@@ -4,7 +4,7 @@ import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
 import * as tar from 'tar';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { pathExists } from '../../../plugins/storage-local/fsutil.js';
+import { pathExists } from '../../../core/layers/fsutil.js';
 import {
   layerModel,
   makeWorkspace,

@@ -1,0 +1,37 @@
+/**
+ * The layer store machinery every storage plugin builds on, exported through
+ * the public plugin API: canonical digests, layer sources, safe archive
+ * extraction, the content-addressed store and its in-use registry.
+ */
+export { extractArchive } from './archive.js';
+export { DigestCache, signFile, signTree, type DigestCacheOptions, type SourceSignature } from './digest-cache.js';
+export {
+  LISTING_VERSION,
+  comparePaths,
+  digestEntries,
+  digestHex,
+  digestOfListing,
+  digestTree,
+  listingOf,
+  walkTree,
+  type EntryType,
+  type TreeDigest,
+  type TreeEntry,
+} from './digest.js';
+export {
+  KeyedMutex,
+  createFileExclusive,
+  fsyncDir,
+  isErrno,
+  isTempName,
+  mapLimit,
+  pathExists,
+  removeTree,
+  syncFilesystem,
+  writeFileAtomic,
+} from './fsutil.js';
+export { checkStorable, digestLayer, publishLayer } from './publish.js';
+export { BUSYBOX_ROOTFS_VERSION, buildBusyboxRootfs } from './sources/busybox.js';
+export { copyTree } from './sources/dir.js';
+export { materialise } from './sources/index.js';
+export { LayerStore, isSafeRefPart, type ResolvedLayer, type Staging } from './store.js';
