@@ -9,6 +9,8 @@ need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v mkfs.erofs >/dev/null 2>&1 || need+=(erofs-utils)
+# getfattr/setfattr: overlay opaque directories are an xattr, which node cannot read or write.
+command -v setfattr >/dev/null 2>&1 || need+=(attr)
 command -v tar >/dev/null 2>&1 || need+=(tar)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -19,8 +19,8 @@
  * node-tar does not reproduce modes and owners exactly (it forces directories
  * to u+rwx, lets the umask apply, and its chown clears setuid bits), so the
  * metadata of every entry is recorded from its header and applied afterwards,
- * children before parents. Overlay whiteouts (`.wh.` files) are kept as plain
- * files for now: the layers work will give them meaning.
+ * children before parents. Overlay whiteouts and opaque markers (`.wh.*`
+ * entries, char devices 0:0) become overlay-native marks (archive-marks.ts).
  */
 import { createReadStream, promises as fs } from 'node:fs';
 import { join, posix } from 'node:path';
@@ -28,6 +28,7 @@ import { pipeline, type Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import * as tar from 'tar';
 import { DsecError } from '../errors.js';
+import { ArchiveMarks } from './archive-marks.js';
 import { walkTree } from './digest.js';
 import { isErrno } from './fsutil.js';
 
@@ -85,6 +86,9 @@ async function sniffFormat(file: string, ref: string): Promise<ArchiveFormat> {
   return 'tar';
 }
 
+/** What `check` says of a whiteout or opaque marker: recorded, not extracted. */
+const MARK = Symbol('overlay mark');
+
 /** Splits an archive path into its components, dropping `.` and empty ones; `[]` is the layer root. */
 function components(path: string): string[] {
   return path.split('/').filter((part) => part !== '' && part !== '.');
@@ -103,12 +107,19 @@ class ArchiveGuard {
   readonly metadata = new Map<string, EntryMetadata>();
   /** Entries this guard was asked about, to tell them from those node-tar skipped on its own. */
   readonly seen = new WeakSet<object>();
+  /** Whiteouts and opaque markers: recorded here, never extracted by node-tar. */
+  readonly marks = new ArchiveMarks();
+  private readonly paths = {
+    throughSymlink: (parts: readonly string[]) => this.throughSymlink(parts),
+    kindOf: (path: string) => this.kinds.get(path),
+  };
 
   admit(entry: tar.ReadEntry): boolean {
     this.seen.add(entry);
     if (this.rejection) return false;
     const problem = this.check(entry);
     if (problem === undefined) return true;
+    if (problem === MARK) return false;
     this.reject(entry.path, problem);
     return false;
   }
@@ -125,11 +136,15 @@ class ArchiveGuard {
     return undefined;
   }
 
-  private check(entry: tar.ReadEntry): string | undefined {
+  /** A problem, MARK for a whiteout or opaque marker (recorded, not extracted), or undefined to extract it. */
+  private check(entry: tar.ReadEntry): string | typeof MARK | undefined {
     const raw = entry.path;
     if (raw.startsWith('/')) return 'has an absolute path';
     const parts = components(raw);
     if (parts.includes('..')) return "has a '..' path component";
+    const verdict = this.marks.classify(entry, parts, this.paths);
+    if (verdict.kind === 'problem') return verdict.problem;
+    if (verdict.kind === 'mark') return MARK;
     const path = parts.join('/');
     const kind = this.kindOf(entry.type);
     if (typeof kind === 'object') return kind.problem;
@@ -178,7 +193,7 @@ class ArchiveGuard {
       case 'Link':
         return 'hardlink';
       case 'CharacterDevice':
-        return { problem: 'is a character device node' };
+        return { problem: 'is a character device node (only 0:0, a whiteout, is allowed)' };
       case 'BlockDevice':
         return { problem: 'is a block device node' };
       case 'FIFO':
@@ -241,7 +256,8 @@ async function unpack(file: string, format: ArchiveFormat, target: string, guard
     noMtime: true,
     filter: (_path, entry) => {
       const admitted = guard.admit(entry as tar.ReadEntry);
-      if (!admitted) stop();
+      // A mark is skipped, not refused: reading goes on.
+      if (!admitted && guard.rejection) stop();
       return admitted;
     },
   });
@@ -320,5 +336,6 @@ export async function extractArchive(file: string, target: string, ref: string):
       { cause: error },
     );
   }
+  await guard.marks.apply(target, ref);
   await applyMetadata(target, guard, ref);
 }

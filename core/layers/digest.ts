@@ -3,26 +3,30 @@
  *
  * The listing has one line per entry, sorted by path (UTF-8 byte order), each
  * a JSON array `[path, type, mode, uid, gid, size, content]` where content is
- * the sha256 of a file's bytes or a symlink's target. What a process inside
+ * the sha256 of a file's bytes, a symlink's target, or `opaque` for an opaque
+ * directory. Overlay whiteouts (char 0:0) are entries of type `whiteout`
+ * with fixed mode and owner (`"0000",0,0`): overlayfs reads neither. What a process inside
  * a sandbox can observe is in it; what it cannot rely on is not: mtimes, inode
  * numbers, hard-link identity, directory sizes, the order entries were
  * written in. The layer root itself is not listed: the store always gives it
  * mode 0755 owned by root (and overlayfs takes the root's attributes from the
  * upper dir anyway).
  *
- * xattrs are not part of a layer yet (overlay whiteouts and opaque dirs come
- * with the layers work); a tree that relies on them loses them here.
+ * Other xattrs (file capabilities, user.*) are not part of a layer. Trees
+ * without whiteouts or opaque dirs list exactly as before those existed, so
+ * their digests did not change.
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, promises as fs, type BigIntStats } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { DsecError, isDsecError } from '../errors.js';
 import { isErrno, mapLimit } from './fsutil.js';
+import { findOpaqueDirs, isWhiteout } from './overlay-marks.js';
 
 /** Bumped when the listing format changes: old cached digests then no longer match. */
 export const LISTING_VERSION = 'dsec-layer-listing 1';
 
-export type EntryType = 'file' | 'dir' | 'symlink';
+export type EntryType = 'file' | 'dir' | 'symlink' | 'whiteout';
 
 export interface TreeEntry {
   /** Relative to the tree root, `/`-separated, never empty. */
@@ -36,6 +40,8 @@ export interface TreeEntry {
   readonly size: number;
   /** Symlinks only. */
   readonly target?: string;
+  /** Directories only: marked `trusted.overlay.opaque=y`. */
+  readonly opaque?: boolean;
   readonly stat: BigIntStats;
 }
 
@@ -44,7 +50,7 @@ export interface TreeDigest {
   readonly digest: string;
   /** The canonical listing the digest is taken over, for debugging and tests. */
   readonly listing: string;
-  /** Entries in the tree (files, directories and symlinks), the root excluded. */
+  /** Entries in the tree (files, directories, symlinks and whiteouts), the root excluded. */
   readonly entries: number;
   /** Sum of the regular files' sizes. */
   readonly sizeBytes: number;
@@ -68,9 +74,10 @@ export function comparePaths(a: string, b: string): number {
 }
 
 /**
- * Every entry under `root`, sorted by path, never following symlinks.
- * Device nodes, sockets and FIFOs are refused (DSEC_LAYER_SOURCE naming the
- * path): a layer holds only files, directories and symlinks.
+ * Every entry under `root`, sorted by path, never following symlinks, with
+ * whiteouts and opaque directories recognised. Other device nodes, sockets
+ * and FIFOs are refused (DSEC_LAYER_SOURCE naming the path): a layer holds
+ * only files, directories, symlinks and whiteouts.
  */
 export async function walkTree(root: string, ref: string): Promise<TreeEntry[]> {
   let rootStat: BigIntStats;
@@ -85,11 +92,18 @@ export async function walkTree(root: string, ref: string): Promise<TreeEntry[]> 
   if (!rootStat.isDirectory()) {
     throw new DsecError('DSEC_LAYER_SOURCE', { ref, message: `${root} is not a directory` });
   }
+  let entries: TreeEntry[];
+  let opaque: Set<string>;
   try {
-    return await walkDirectory(root, ref);
+    [entries, opaque] = await Promise.all([walkDirectory(root, ref), findOpaqueDirs(resolve(root))]);
   } catch (error) {
     throw changedWhileRead(root, ref, error);
   }
+  if (opaque.size === 0) return entries;
+  const absoluteRoot = resolve(root);
+  return entries.map((entry) =>
+    entry.type === 'dir' && opaque.has(join(absoluteRoot, entry.path)) ? { ...entry, opaque: true } : entry,
+  );
 }
 
 /** A raw filesystem error while reading a source: it most likely changed under us. */
@@ -118,9 +132,11 @@ async function walkDirectory(root: string, ref: string): Promise<TreeEntry[]> {
       if (stat.isSymbolicLink()) {
         return { ...base, type: 'symlink' as const, size: 0, target: await fs.readlink(absolute) };
       }
+      // overlayfs reads neither the mode nor the owner of a whiteout: fixed, so they cannot vary the digest.
+      if (isWhiteout(stat)) return { ...base, mode: 0, uid: 0, gid: 0, type: 'whiteout' as const, size: 0 };
       throw new DsecError('DSEC_LAYER_SOURCE', {
         ref,
-        message: `${absolute} is a ${kindOf(stat)}; a layer may hold only files, directories and symlinks`,
+        message: `${absolute} is a ${kindOf(stat)}; a layer may hold only files, directories, symlinks and whiteouts (character devices 0:0)`,
       });
     });
     for (const entry of found) {
@@ -145,7 +161,13 @@ function octal(mode: number): string {
 export async function listingOf(root: string, entries: readonly TreeEntry[]): Promise<string> {
   const lines = await mapLimit(entries, HASH_CONCURRENCY, async (entry) => {
     const content =
-      entry.type === 'file' ? await hashFile(join(root, entry.path)) : entry.type === 'symlink' ? entry.target! : '';
+      entry.type === 'file'
+        ? await hashFile(join(root, entry.path))
+        : entry.type === 'symlink'
+          ? entry.target!
+          : entry.opaque
+            ? 'opaque'
+            : '';
     return JSON.stringify([entry.path, entry.type, octal(entry.mode), entry.uid, entry.gid, entry.size, content]);
   });
   return [LISTING_VERSION, ...lines].join('\n') + '\n';

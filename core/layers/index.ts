@@ -3,6 +3,7 @@
  * the public plugin API: canonical digests, layer sources, safe archive
  * extraction, the content-addressed store and its in-use registry.
  */
+export { applyLayerTree, flattenLayers, type ApplyLayerOptions } from './apply-layer.js';
 export { extractArchive } from './archive.js';
 export { DigestCache, signFile, signTree, type DigestCacheOptions, type SourceSignature } from './digest-cache.js';
 export {
@@ -30,8 +31,18 @@ export {
   syncFilesystem,
   writeFileAtomic,
 } from './fsutil.js';
+export {
+  OPAQUE_MARKER,
+  OPAQUE_XATTR,
+  WHITEOUT_PREFIX,
+  clearOpaque,
+  findOpaqueDirs,
+  isWhiteout,
+  makeWhiteouts,
+  markOpaque,
+} from './overlay-marks.js';
 export { checkStorable, digestLayer, publishLayer } from './publish.js';
 export { BUSYBOX_ROOTFS_VERSION, buildBusyboxRootfs } from './sources/busybox.js';
-export { copyTree } from './sources/dir.js';
+export { copyTree, setMetadata, writeNonDirectories } from './sources/dir.js';
 export { materialise } from './sources/index.js';
 export { LayerStore, isSafeRefPart, type ResolvedLayer, type Staging } from './store.js';

@@ -28,9 +28,16 @@ export function checkStorable(layer: LayerModel): void {
   }
 }
 
+/**
+ * Bumped when what a source turns into changes while the listing format does
+ * not (2: `.wh.` archive entries became whiteouts), so digests cached before
+ * are not reused.
+ */
+const SOURCE_RECIPE_VERSION = 2;
+
 function cacheKey(layer: LayerModel): string {
   const recipe = layer.source.type === 'busybox' ? `|${BUSYBOX_ROOTFS_VERSION}` : '';
-  return `${LISTING_VERSION}|${layer.source.type}|${layer.source.path}${recipe}`;
+  return `${LISTING_VERSION}|recipe ${SOURCE_RECIPE_VERSION}|${layer.source.type}|${layer.source.path}${recipe}`;
 }
 
 /** The digest the layer would be published with, reusing a cached one while the source's stat signature is unchanged. */

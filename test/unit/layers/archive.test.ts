@@ -66,12 +66,17 @@ describe('unsafe archives', () => {
     await expectRejected([{ path: 'a/../b', content: 'x' }], 'a/../b', /'\.\.' path component/);
   });
 
-  it('rejects a character device node', async () => {
-    await expectRejected([{ path: 'dev/', type: '5' }, { path: 'dev/null', type: '3' }], 'dev/null', /character device/);
+  it('rejects a character device node other than 0:0 (a whiteout)', async () => {
+    await expectRejected(
+      [{ path: 'dev/', type: '5' }, { path: 'dev/null', type: '3', devmajor: 1, devminor: 3 }],
+      'dev/null',
+      /character device node \(only 0:0, a whiteout, is allowed\)/,
+    );
   });
 
   it('rejects a block device node', async () => {
     await expectRejected([{ path: 'dev/sda', type: '4' }], 'dev/sda', /block device/);
+    await expectRejected([{ path: 'dev/zero', type: '4', devmajor: 0, devminor: 0 }], 'dev/zero', /block device/);
   });
 
   it('rejects a FIFO and an unsupported entry type', async () => {

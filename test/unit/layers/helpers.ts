@@ -81,6 +81,9 @@ export interface TarEntry {
   readonly content?: string;
   /** Seconds since the epoch. @default 1700000000 */
   readonly mtime?: number;
+  /** Device numbers of a device node. @default 0 */
+  readonly devmajor?: number;
+  readonly devminor?: number;
 }
 
 function field(header: Buffer, offset: number, length: number, value: string): void {
@@ -111,8 +114,8 @@ export function tarArchive(entries: readonly TarEntry[]): Buffer {
     field(header, 263, 2, '00');
     field(header, 265, 32, 'root');
     field(header, 297, 32, 'root');
-    octalField(header, 329, 8, 0);
-    octalField(header, 337, 8, 0);
+    octalField(header, 329, 8, entry.devmajor ?? 0);
+    octalField(header, 337, 8, entry.devminor ?? 0);
     let sum = 0;
     for (const byte of header) sum += byte;
     field(header, 148, 8, sum.toString(8).padStart(6, '0') + '\0 ');
