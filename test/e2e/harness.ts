@@ -5,7 +5,7 @@
  * the project's agent, and the folder.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -118,16 +118,17 @@ export class Project {
 
 /** Remove every runc container and mount under an agent root that a failed test left behind. */
 export function killLeftovers(agentRoot: string): void {
-  try {
-    const pidFile = path.join(agentRoot, 'agent.pid');
-    if (existsSync(pidFile)) process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
-  } catch {
-    // already gone
+  // Every agent of the root, not only the pid file's: a test may have started more.
+  for (const pid of agentProcesses(agentRoot)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
   }
-  let containers: { id: string; bundle: string }[] = [];
+  let containers: RuncContainer[] = [];
   try {
-    const listed = execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-    containers = JSON.parse(listed || '[]') ?? [];
+    containers = runcList();
   } catch {
     containers = [];
   }
@@ -191,12 +192,32 @@ export interface SandboxJson {
   handle?: string;
 }
 
+export interface RuncContainer {
+  id: string;
+  pid: number;
+  status: string;
+  bundle: string;
+}
+
+/**
+ * Every runc container on the machine. `runc list` fails now and then when a
+ * container is deleted while it reads the states (other suites run beside
+ * this one), so it is asked again; its warnings on stderr are not ours to print.
+ */
+export function runcList(attempts = 5): RuncContainer[] {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      const listed = execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+      return (JSON.parse(listed || '[]') as RuncContainer[] | null) ?? [];
+    } catch (error) {
+      if (attempt >= attempts) throw error;
+    }
+  }
+}
+
 /** The runc containers whose bundle lies under this project (id, pid, status). */
-export function runcContainers(project: Project): { id: string; pid: number; status: string; bundle: string }[] {
-  // runc warns on stderr about containers being created or deleted meanwhile: not ours to print.
-  const listed = execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-  const all = JSON.parse(listed || '[]') ?? [];
-  return (all as { id: string; pid: number; status: string; bundle: string }[]).filter((c) => c.bundle.startsWith(`${project.dir}/`));
+export function runcContainers(project: Project): RuncContainer[] {
+  return runcList().filter((c) => c.bundle.startsWith(`${project.dir}/`));
 }
 
 /** Poll `check` until it returns a value (not undefined/false), or fail after `timeoutMs`. */
@@ -217,5 +238,46 @@ export function recordedSandboxes(project: Project, fleet: string): string[] {
     return Object.keys(state.resources[`fleet.${fleet}`]?.sandboxes ?? {});
   } catch {
     return [];
+  }
+}
+
+/** The agent of a project: its root, its pid file's pid, and every process running as an agent of that root. */
+export function agentOf(project: Project): { root: string; pidFile: () => number | null; processes: () => number[] } {
+  const root = path.join(project.dir, '.dsec', 'agent');
+  return {
+    root,
+    pidFile: () => {
+      try {
+        return Number.parseInt(readFileSync(path.join(root, 'agent.pid'), 'utf8'), 10);
+      } catch {
+        return null;
+      }
+    },
+    processes: () => agentProcesses(root),
+  };
+}
+
+/** Every live process that is an agent of this root (by its command line). */
+export function agentProcesses(root: string): number[] {
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((pid) => {
+      try {
+        const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+        return argv.some((arg) => arg.endsWith('agent/main.js')) && argv[argv.indexOf('--root') + 1] === root && isRunning(Number(pid));
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+/** True while a process exists and is not a zombie. */
+export function isRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return false;
   }
 }

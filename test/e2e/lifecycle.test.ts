@@ -6,7 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Project } from './harness.js';
+import { Project, runcList } from './harness.js';
 
 interface SandboxJson {
   id: string;
@@ -115,8 +115,7 @@ describe('a quickstart copy placed outside the repo', () => {
 
   it('sees a sandbox killed from outside as drift and replaces it on the next apply', async () => {
     const [victim] = await sandboxes();
-    const containers = JSON.parse(execFileSync('runc', ['list', '--format', 'json'], { encoding: 'utf8' })) as { id: string }[];
-    const container = containers.find((c) => c.id.endsWith(`-${victim.id}`));
+    const container = runcList().find((c) => c.id.endsWith(`-${victim.id}`));
     expect(container).toBeDefined();
     execFileSync('runc', ['kill', container!.id, 'KILL']);
     await new Promise((resolve) => setTimeout(resolve, 300));
