@@ -58,7 +58,7 @@ async function runApply(ctx: CliContext, flags: ApplyFlags, planFile: string | u
     if (!flags.json) {
       dsec.hooks.afterChange.tap('cli-report', (change, error) => {
         const verb = error ? c.red('failed') : c.green('done');
-        process.stderr.write(`${change.address}: ${change.action} ${verb}${error ? `: ${describeFailure(change.address, error)}` : ''}\n`);
+        progress.log(`${change.address}: ${change.action} ${verb}${error ? `: ${describeFailure(change.address, error)}` : ''}`);
       });
     }
     let result: ApplyResult;
