@@ -29,6 +29,22 @@ export interface LayerRef {
   readonly digest: string;
 }
 
+/**
+ * The digest of a layer that exists only once apply built it (a `build`
+ * source whose inputs were never built): `pending:<build identity>`. Plans
+ * show it as "(known after apply)", fleets stacked on it are replaced, and
+ * apply puts the real digest in its place once the layer is published.
+ */
+export const PENDING_DIGEST_PREFIX = 'pending:';
+
+export function pendingDigest(identity: string): string {
+  return `${PENDING_DIGEST_PREFIX}${identity}`;
+}
+
+export function isPendingDigest(digest: string): boolean {
+  return digest.startsWith(PENDING_DIGEST_PREFIX);
+}
+
 /** Everything a backend needs to create one sandbox. */
 export interface SandboxSpec {
   /** Chosen by the caller so that a crashed create can be found again; `[a-z0-9-]`, <= 63 chars. */

@@ -21,7 +21,36 @@ export type LayerSource =
    * the usual empty top-level directories. It lets a project carry a base
    * layer without shipping a root filesystem.
    */
-  | { readonly type: 'busybox'; readonly path: string };
+  | { readonly type: 'busybox'; readonly path: string }
+  /**
+   * An OCI image: an OCI image layout directory or a docker-archive tarball
+   * (told apart by looking). Its layers are applied in order, whiteouts
+   * honoured, into one tree. `image` picks one when there are several.
+   */
+  | { readonly type: 'oci'; readonly path: string; readonly image?: string }
+  /**
+   * Shell commands the node agent runs in a throwaway container sandbox on
+   * the parent layers; the sandbox's writable layer becomes this layer.
+   */
+  | BuildSource
+  /** Already in the node's store as `name@version` (a snapshot): nothing to build, never unpublished by dsec. */
+  | { readonly type: 'published' };
+
+export interface BuildSource {
+  readonly type: 'build';
+  /** Parent layer refs (`name@version`), bottom to top. */
+  readonly from: readonly string[];
+  readonly steps: readonly string[];
+  readonly env: Readonly<Record<string, string>>;
+  /** @default "/" */
+  readonly workdir: string;
+  /**
+   * The parents resolved to digests, filled in by the engine before it asks
+   * for a digest or a publish (never in a config): a digest may be pending
+   * (see `isPendingDigest`) when a parent is itself not built yet.
+   */
+  readonly parents?: readonly { readonly name: string; readonly version: string; readonly digest: string }[];
+}
 
 export type LayerKind = 'base' | 'workspace' | 'toolkit';
 

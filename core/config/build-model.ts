@@ -42,7 +42,8 @@ export const DEFAULTS = Object.freeze({
 
 export function buildModel(document: DsecDocument, file: string): ConfigModel {
   const dir = path.dirname(file);
-  const layers = mapSorted(document.layers ?? {}, (name, layer) => layerModel(name, layer, dir));
+  const declared = document.layers ?? {};
+  const layers = mapSorted(declared, (name, layer) => layerModel(name, layer, dir, declared));
   return {
     version: 1,
     file,
@@ -73,22 +74,52 @@ export function isRelativePath(name: string): boolean {
   return name === '.' || name === '..' || name.startsWith('./') || name.startsWith('../');
 }
 
-function layerModel(name: string, layer: LayerDocument, dir: string): LayerModel {
+function layerModel(
+  name: string,
+  layer: LayerDocument,
+  dir: string,
+  layers: Readonly<Record<string, LayerDocument>>,
+): LayerModel {
   return {
     ref: `${name}@${layer.version}`,
     name,
     version: layer.version,
     kind: layer.kind,
-    source: layerSource(layer.source, dir),
+    source: layerSource(layer.source, dir, layers),
   };
 }
 
-function layerSource(source: LayerSourceDocument, dir: string): LayerSource {
+function layerSource(
+  source: LayerSourceDocument,
+  dir: string,
+  layers: Readonly<Record<string, LayerDocument>>,
+): LayerSource {
   if ('busybox' in source) {
     return { type: 'busybox', path: path.resolve(dir, source.busybox.path ?? DEFAULTS.busyboxPath) };
   }
   if ('dir' in source) return { type: 'dir', path: path.resolve(dir, source.dir) };
-  return { type: 'tar', path: path.resolve(dir, source.tar) };
+  if ('tar' in source) return { type: 'tar', path: path.resolve(dir, source.tar) };
+  if ('oci' in source) {
+    const { path: image, image: name } = source.oci;
+    return { type: 'oci', path: path.resolve(dir, image), ...(name === undefined ? {} : { image: name }) };
+  }
+  if ('build' in source) {
+    const build = source.build;
+    return {
+      type: 'build',
+      from: build.from.map((entry) => layerRefOf(entry, layers)),
+      steps: [...build.steps],
+      env: sortKeys(build.env ?? {}),
+      workdir: build.workdir ?? DEFAULTS.workdir,
+    };
+  }
+  return { type: 'published' };
+}
+
+/** `python` or `python@3.11.9` -> the declared `python@3.11.9` (the semantic checks made sure it exists). */
+function layerRefOf(entry: string, layers: Readonly<Record<string, LayerDocument>>): string {
+  const name = splitRef(entry)[0];
+  return `${name}@${layers[name].version}`;
 }
 
 function environmentModel(

@@ -18,9 +18,15 @@ export type PluginEntry = string | PluginWithOptions;
  */
 export type LayerKind = 'base' | 'workspace' | 'toolkit';
 /**
- * Where the layer's content comes from: exactly one of busybox, dir or tar.
+ * Where the layer's content comes from: exactly one of busybox, dir, tar, oci, build or published.
  */
-export type LayerSourceDocument = BusyboxSourceDocument | DirSourceDocument | TarSourceDocument;
+export type LayerSourceDocument =
+  | BusyboxSourceDocument
+  | DirSourceDocument
+  | TarSourceDocument
+  | OciSourceDocument
+  | BuildSourceDocument
+  | PublishedSourceDocument;
 /**
  * CPU cores (0.5 = half a core) or millicores ("500m"), more than 0 and at most 256. Default: 1
  */
@@ -134,6 +140,60 @@ export interface TarSourceDocument {
    */
   tar: string;
 }
+export interface OciSourceDocument {
+  oci: OciOptions;
+}
+/**
+ * An OCI image: an OCI image layout directory (index.json, blobs/sha256/...) or a docker-archive tarball (docker save), detected automatically. Its layers are applied in order, whiteouts honoured, into one layer.
+ */
+export interface OciOptions {
+  /**
+   * The image layout directory or the docker-archive tarball, relative to this file's folder.
+   */
+  path: string;
+  /**
+   * Which image, when the layout or archive holds several: name:tag (or just the tag an OCI layout names it by). Default: the only image there.
+   */
+  image?: string;
+}
+export interface BuildSourceDocument {
+  build: BuildOptions;
+}
+/**
+ * Shell commands the node agent runs in a throwaway container sandbox stacked on parent layers; the sandbox's writable layer (whiteouts and opaque directories kept) becomes this layer. Cached by the parents' digests, the steps, env and workdir: an unchanged build does nothing.
+ */
+export interface BuildOptions {
+  /**
+   * The parent layers, bottom to top: names (or name@version) of layers declared in this file. The first must provide /bin/sh.
+   *
+   * @minItems 1
+   */
+  from: [string, ...string[]];
+  /**
+   * Shell commands, each run with /bin/sh -c, in order; the first that fails fails the build.
+   *
+   * @minItems 1
+   */
+  steps: [string, ...string[]];
+  env?: BuildEnvironment;
+  /**
+   * The absolute directory the steps run in. Default: /
+   */
+  workdir?: string;
+}
+/**
+ * Environment variables of the steps.
+ */
+export interface BuildEnvironment {
+  [k: string]: string;
+}
+export interface PublishedSourceDocument {
+  published: PublishedOptions;
+}
+/**
+ * The layer is already in the node's store as name@version (made by dsec sandbox snapshot, say): dsec neither builds nor unpublishes it, and planning fails when it is not there.
+ */
+export interface PublishedOptions {}
 /**
  * Environments by name: ordered stacks of layers plus env vars, workdir and user.
  */

@@ -31,6 +31,7 @@ export function checkSemantics(data: unknown): Problem[] {
   for (const [name, fleet] of Object.entries(rawMap(data.fleets))) {
     if (isRaw(fleet)) problems.push(...checkFleet(toPointer(['fleets', name]), name, fleet, environments));
   }
+  problems.push(...checkBuildParents(layers, used));
   problems.push(...checkPlugins(data.plugins));
   for (const name of Object.keys(layers)) {
     if (used.has(name)) continue;
@@ -110,6 +111,75 @@ function checkLayerOrder(path: string, stack: readonly ResolvedLayer[]): Problem
     }
   }
   return problems;
+}
+
+/** The `from` list of a layer's build source, when it has one. */
+function buildParents(layer: unknown): readonly unknown[] | undefined {
+  if (!isRaw(layer) || !isRaw(layer.source) || !isRaw(layer.source.build)) return undefined;
+  const from = layer.source.build.from;
+  return Array.isArray(from) ? from : undefined;
+}
+
+/**
+ * A build's parents: declared layers (a parent counts as used), each once,
+ * at the declared version, and no build on top of itself, directly or
+ * through other builds (the graph would refuse the cycle too, unlocated).
+ */
+function checkBuildParents(layers: Readonly<Record<string, unknown>>, used: Set<string>): Problem[] {
+  const problems: Problem[] = [];
+  const declared = Object.keys(layers);
+  const edges = new Map<string, string[]>();
+  for (const [name, layer] of Object.entries(layers)) {
+    const from = buildParents(layer);
+    if (!from) continue;
+    const path = toPointer(['layers', name, 'source', 'build', 'from']);
+    const seen = new Set<string>();
+    from.forEach((entry, index) => {
+      if (typeof entry !== 'string') return;
+      const at = childPointer(path, index);
+      const [parent, wanted] = splitRef(entry);
+      used.add(parent);
+      if (!Object.hasOwn(layers, parent)) {
+        problems.push(error('DSEC_CONFIG_UNKNOWN_LAYER', at, unknownMessage('layer', parent, declared)));
+        return;
+      }
+      if (seen.has(parent)) {
+        problems.push(error('DSEC_CONFIG_DUPLICATE', at, `duplicate parent '${parent}' in the build of layer '${name}': each layer appears once in a stack`));
+        return;
+      }
+      seen.add(parent);
+      const parentLayer = layers[parent];
+      const version = isRaw(parentLayer) && typeof parentLayer.version === 'string' ? parentLayer.version : undefined;
+      if (wanted !== undefined && version !== undefined && wanted !== version) {
+        const message = `layer '${parent}' is declared at version ${version}, not ${wanted} (write '${parent}' or '${parent}@${version}')`;
+        problems.push(error('DSEC_CONFIG_VERSION_MISMATCH', at, message));
+      }
+    });
+    edges.set(name, [...seen]);
+  }
+  for (const name of edges.keys()) {
+    const cycle = cycleThrough(name, edges);
+    if (!cycle) continue;
+    const message = `layer '${name}' is built on top of itself: ${cycle.join(' -> ')}`;
+    problems.push(error('DSEC_CONFIG_CYCLE', toPointer(['layers', name, 'source', 'build', 'from']), message));
+  }
+  return problems;
+}
+
+/** A path of build parents from `start` back to `start`, if there is one. */
+function cycleThrough(start: string, edges: ReadonlyMap<string, readonly string[]>): string[] | undefined {
+  const visited = new Set<string>();
+  const walk = (current: string, path: string[]): string[] | undefined => {
+    for (const next of edges.get(current) ?? []) {
+      if (next === start) return [...path, next];
+      if (visited.has(next)) continue;
+      visited.add(next);
+      const found = walk(next, [...path, next]);
+      if (found) return found;
+    }
+    return undefined;
+  };
+  return walk(start, [start]);
 }
 
 function checkFleet(path: string, name: string, fleet: Raw, environments: Readonly<Record<string, unknown>>): Problem[] {

@@ -36,6 +36,7 @@ function providerView(provider: ProviderModel, relative: (target: string) => str
 
 /** A busybox binary outside the project is a host path (`/bin/busybox`) and stays absolute. */
 function sourceView(source: LayerSource, dir: string, relative: (target: string) => string): LayerSource {
+  if (source.type === 'build' || source.type === 'published') return source;
   if (source.type === 'busybox' && !isInside(dir, source.path)) return source;
   return { ...source, path: relative(source.path) };
 }

@@ -15,7 +15,7 @@
  */
 export { App, type AppProps, type ConstructSource, type SynthOptions } from './app.js';
 export { Stack } from './stack.js';
-export { Layer, type LayerProps } from './layer.js';
+export { Layer, type LayerBuildProps, type LayerProps } from './layer.js';
 export { Environment, type EnvironmentProps } from './environment.js';
 export { Fleet, type FleetProps } from './fleet.js';
 export type { ConstructProblem } from './dsec-construct.js';

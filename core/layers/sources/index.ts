@@ -1,5 +1,6 @@
 /**
- * Materialise a layer's source (a directory, an archive, a busybox binary)
+ * Materialise a layer's source (a directory, an archive, a busybox binary,
+ * an OCI image; builds and snapshots are made by the node agent, never here)
  * as a tree in a staging directory, with the owners, modes and symlinks the
  * layer will have once published.
  */
@@ -9,6 +10,7 @@ import type { LayerModel, LayerSource } from '../../model.js';
 import { extractArchive } from '../archive.js';
 import { buildBusyboxRootfs } from './busybox.js';
 import { copyTree } from './dir.js';
+import { materialiseOci } from './oci.js';
 
 /** Fill the existing, empty directory `target` with the layer's content. */
 export async function materialise(layer: LayerModel, target: string): Promise<void> {
@@ -22,6 +24,9 @@ export async function materialise(layer: LayerModel, target: string): Promise<vo
       break;
     case 'busybox':
       await buildBusyboxRootfs(source.path, target, layer.ref);
+      break;
+    case 'oci':
+      await materialiseOci(source, target, layer.ref);
       break;
     default:
       throw new DsecError('DSEC_LAYER_SOURCE', {
