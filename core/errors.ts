@@ -46,6 +46,9 @@ export const ERRORS = Object.freeze({
   DSEC_LAYER_CHANGED: 'layer {ref} changed since the plan was made: planned digest {planned}, published {digest}; run plan again',
   DSEC_LAYER_DIGEST_MISMATCH: 'layer {ref} is published on this node with digest {published}, but the sandbox asks for {digest}; plan and apply again',
   DSEC_LAYER_STORE_CORRUPT: 'the layer store is damaged at {path}: {message}',
+  DSEC_LAYER_CONTENT_MISMATCH: 'layer {ref}: {what} {path} does not match what was published (expected {expected}, found {actual}); it was changed or damaged in the store: unpublish and publish the layer again',
+  DSEC_LAYER_MOUNT: 'layer {ref}: mounting {path} failed: {message}',
+  DSEC_LAYER_SQUASH: 'cannot squash {layers}: {message}',
   // agent and sandboxes ------------------------------------------------------
   DSEC_AGENT_UNREACHABLE: 'the node agent at {address} is not reachable: {message}',
   DSEC_AGENT_START: 'the node agent did not start: {message}',

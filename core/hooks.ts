@@ -26,9 +26,12 @@ import type {
   ExecRequest,
   ExecResult,
   LayerRecord,
+  LayerRef,
   NodeInfo,
   SandboxSpec,
   SandboxStatus,
+  SquashRecord,
+  StorageStats,
 } from './live.js';
 import type { ConfigModel, LayerModel, Resources } from './model.js';
 import type { Plan, ResourceChange, SandboxOperation } from './plan.js';
@@ -123,6 +126,15 @@ export function createHooks() {
     listLayers: new AsyncSeriesBailHook<[NodeContext], LayerRecord[] | undefined>(['node']),
     /** Remove a published layer no sandbox uses. The storage plugin answers `true`. */
     unpublishLayer: new AsyncSeriesBailHook<[NodeContext, string, string], true | undefined>(['node', 'name', 'version']),
+    /**
+     * Merge a run of consecutive published layers (bottom to top) into one
+     * image, offline (`dsec layers squash`); later sandboxes stacking exactly
+     * that run get one lower dir for it. The storage plugin answers with the
+     * record (the existing one when the run was squashed before).
+     */
+    squashLayers: new AsyncSeriesBailHook<[NodeContext, readonly LayerRef[]], SquashRecord | undefined>(['node', 'layers']),
+    /** What the node's store is (format, why it fell back) and what it has mounted, with read counters. The storage plugin answers. */
+    storageStats: new AsyncSeriesBailHook<[NodeContext], StorageStats | undefined>(['node']),
     /** After admission: turn `spec.layers` into read-only trees and set `sandbox.lowerDirs`. Storage taps here. */
     resolveLayers: new AsyncSeriesHook<[SandboxContext]>(['sandbox']),
     /** Create and start the sandbox on its backend, keyed by `spec.backend`. A tap returns `true` once it is running. */

@@ -10,6 +10,9 @@ export const LABEL_FLEET = 'dsec.io/fleet';
 /** Hash of everything that forces a replace: backend + environment identity. */
 export const LABEL_SPEC = 'dsec.io/spec';
 
+/** How a store keeps a layer: an EROFS image mounted read-only, or a plain directory tree. */
+export type LayerFormat = 'erofs' | 'tree';
+
 /** A published, immutable layer as the store holds it. */
 export interface LayerRecord {
   readonly name: string;
@@ -20,6 +23,68 @@ export interface LayerRecord {
   readonly sizeBytes: number;
   readonly files: number;
   readonly publishedAt: string;
+  /** How the store keeps it; records written before formats existed are trees. @default 'tree' */
+  readonly format?: LayerFormat;
+}
+
+/**
+ * A run of consecutive layers merged offline into one image (`dsec layers
+ * squash`). The plan still sees the layers; the store mounts the one merged
+ * image wherever a sandbox stacks exactly this run.
+ */
+export interface SquashRecord {
+  /** The run, bottom to top. */
+  readonly layers: readonly LayerRef[];
+  /** Digest of the merged tree (whiteouts and opaque marks included, unless `bottom`). */
+  readonly digest: string;
+  /** The run starts at a base layer: whiteouts were applied and dropped, so it only replaces a stack's bottom. */
+  readonly bottom: boolean;
+  readonly format: LayerFormat;
+  readonly sizeBytes: number;
+  readonly files: number;
+  readonly createdAt: string;
+}
+
+/** One image mounted on the node, and what was read of it. */
+export interface MountStats {
+  /** The digest of the mounted tree (a layer's, or a squash's). */
+  readonly digest: string;
+  readonly path: string;
+  /** The loop device the image's data is read through. */
+  readonly device?: string;
+  /** `store`: the data is read from the store (on demand, for a shared store); `cache`: from this node's copy. */
+  readonly source?: 'store' | 'cache';
+  /** Size of the data behind the device (the image, or a split image's blob). */
+  readonly dataBytes?: number;
+  /** The file the device reads: the image, a split image's blob on the store, or its cached copy. */
+  readonly data?: string;
+  /** A split image's metadata image, copied to this node. */
+  readonly metadata?: string;
+  /** Bytes read through the device since it was mounted (/sys/block/loopN/stat sectors read x 512). */
+  readonly bytesRead?: number;
+  /** Sandboxes on this node using it. */
+  readonly users: number;
+}
+
+export interface CacheStats {
+  readonly dir: string;
+  readonly maxBytes: number;
+  readonly bytes: number;
+  readonly entries: number;
+}
+
+/** What the storage plugin of a node says about itself (`GET /v1/storage`). */
+export interface StorageStats {
+  readonly plugin: string;
+  /** The format new layers are stored in. */
+  readonly format: LayerFormat;
+  /** Why it is not EROFS, when it fell back to trees. */
+  readonly reason?: string;
+  /** The format's own words: `erofs (lz4hc)`, `erofs split: metadata on local disk, blob read on demand`. */
+  readonly description: string;
+  readonly store: string;
+  readonly mounts: readonly MountStats[];
+  readonly cache?: CacheStats;
 }
 
 /** A layer as a sandbox spec names it: resolved to a digest by the engine. */
@@ -93,6 +158,8 @@ export interface NodeInfo {
   readonly sandboxes: number;
   readonly agentVersion: string;
   readonly pid: number;
+  /** The storage plugin's format, and why it fell back to trees if it did. */
+  readonly storage?: { readonly plugin: string; readonly format: LayerFormat; readonly reason?: string };
 }
 
 export interface ExecRequest {

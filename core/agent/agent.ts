@@ -12,7 +12,7 @@ import { mkdir } from 'node:fs/promises';
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import type { NodeContext } from '../hooks.js';
-import type { ExecRequest, ExecResult, LayerRecord, NodeInfo, SandboxInfo, SandboxSpec } from '../live.js';
+import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxInfo, SandboxSpec, SquashRecord, StorageStats } from '../live.js';
 import type { LayerModel, Resources } from '../model.js';
 import { DSEC_VERSION } from '../version.js';
 import { trackBailer } from './bail-tracker.js';
@@ -79,6 +79,10 @@ export class NodeAgent {
       await this.probe(entry, { force: true });
       (entry.ctx.status === 'stopped' ? stopped : adopted).push(id);
     }
+    // The storage plugin opens its store now: its format (or why it fell back to trees) is in the log from the start.
+    await this.dsec.hooks.storageStats
+      .promise(this.node)
+      .catch((error: Error) => this.log.warn(`the storage plugin could not open its store: ${error.message}`));
     this.log.info(
       `started with ${this.store.size} sandbox(es): re-adopted [${adopted.join(', ')}], stopped [${stopped.join(', ')}], ` +
         `cleaned up unfinished [${cleaned.join(', ')}]; backends [${this.dsec.backends.join(', ')}]; plugins [${this.dsec.plugins.join(', ')}]`,
@@ -244,7 +248,8 @@ export class NodeAgent {
     return entries.map(toInfo).sort((a, b) => a.id.localeCompare(b.id));
   }
 
-  nodeInfo(): NodeInfo {
+  async nodeInfo(): Promise<NodeInfo> {
+    const storage = await this.dsec.hooks.storageStats.promise(this.node).catch(() => undefined);
     return {
       name: this.node.name,
       backends: this.dsec.backends,
@@ -252,6 +257,7 @@ export class NodeAgent {
       sandboxes: this.store.size,
       agentVersion: DSEC_VERSION,
       pid: process.pid,
+      ...(storage ? { storage: { plugin: storage.plugin, format: storage.format, ...(storage.reason ? { reason: storage.reason } : {}) } } : {}),
     };
   }
 
@@ -281,6 +287,30 @@ export class NodeAgent {
     const done = await this.dsec.hooks.unpublishLayer.promise(this.node, name, version);
     if (done !== true) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'unpublishLayer' });
     this.log.info(`layer ${name}@${version} unpublished`);
+  }
+
+  /** Merge a run of consecutive published layers (bottom to top) into one image; see the squashLayers hook. */
+  async squashLayers(input: unknown): Promise<SquashRecord> {
+    const layers: LayerRef[] = [];
+    const valid =
+      Array.isArray(input) &&
+      input.every((layer: Partial<LayerRef> | null) => {
+        if (typeof layer?.name !== 'string' || typeof layer.version !== 'string' || typeof layer.digest !== 'string') return false;
+        layers.push({ name: layer.name, version: layer.version, digest: layer.digest });
+        return true;
+      });
+    if (!valid) throw new DsecError('DSEC_AGENT_REQUEST', { message: 'body must be {"layers": [{name, version, digest}, ...]}, bottom to top' });
+    const record = await this.dsec.hooks.squashLayers.promise(this.node, layers);
+    if (record === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'squashLayers' });
+    this.log.info(`layers ${layers.map((layer) => `${layer.name}@${layer.version}`).join(' + ')} squashed into ${record.digest}`);
+    return record;
+  }
+
+  /** The storage plugin's format and mounts, with read counters. */
+  async storageStats(): Promise<StorageStats> {
+    const stats = await this.dsec.hooks.storageStats.promise(this.node);
+    if (stats === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'storageStats' });
+    return stats;
   }
 
   // ---------------------------------------------------------------- helpers

@@ -5,7 +5,7 @@
  */
 import http from 'node:http';
 import { DsecError, ERRORS, type ErrorCode } from '../errors.js';
-import type { ExecRequest, ExecResult, LayerRecord, NodeInfo, SandboxInfo, SandboxSpec } from '../live.js';
+import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxInfo, SandboxSpec, SquashRecord, StorageStats } from '../live.js';
 import type { LayerModel, Resources } from '../model.js';
 import { socketAddress } from './layout.js';
 
@@ -39,6 +39,16 @@ export class AgentClient {
 
   publishLayer(layer: LayerModel): Promise<LayerRecord> {
     return this.request('POST', '/v1/layers', { layer });
+  }
+
+  /** Merge a run of consecutive published layers (bottom to top) into one image, on the agent's node. */
+  squashLayers(layers: readonly LayerRef[]): Promise<SquashRecord> {
+    return this.request('POST', '/v1/layers/squash', { layers });
+  }
+
+  /** The node's storage: format, why it fell back to trees, mounted images and bytes read from each. */
+  storageStats(): Promise<StorageStats> {
+    return this.request('GET', '/v1/storage');
   }
 
   async unpublishLayer(name: string, version: string): Promise<void> {

@@ -24,6 +24,7 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_BACKEND_UNKNOWN: 400,
   DSEC_LAYER_SOURCE: 400,
   DSEC_LAYER_UNSAFE_ARCHIVE: 400,
+  DSEC_LAYER_SQUASH: 400,
   DSEC_SANDBOX_NOT_FOUND: 404,
   DSEC_LAYER_NOT_FOUND: 404,
   DSEC_ADMISSION_REFUSED: 409,
@@ -117,6 +118,8 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void): Route[] {
     route('GET', '/v1/layers', async () => agent.listLayers()),
     route('POST', '/v1/layers/digest', async ({ body }) => ({ digest: await agent.digestLayer(layerOf(body)) })),
     route('POST', '/v1/layers', async ({ body }) => agent.publishLayer(layerOf(body))),
+    route('POST', '/v1/layers/squash', async ({ body }) => agent.squashLayers(body.layers)),
+    route('GET', '/v1/storage', async () => agent.storageStats()),
     route('DELETE', '/v1/layers/:name/:version', async ({ params }) => {
       await agent.unpublishLayer(params.name, params.version);
       return { ok: true };

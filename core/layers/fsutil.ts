@@ -4,7 +4,7 @@
  * Nothing here knows about layers.
  */
 import { execFile } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { constants, promises as fs } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -144,5 +144,28 @@ export class KeyedMutex {
       release();
       if (this.tails.get(key) === tail) this.tails.delete(key);
     }
+  }
+}
+
+/** The sha256 (hex) of a file's bytes, read as a stream. */
+export async function sha256File(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  const handle = await fs.open(path, 'r');
+  try {
+    for await (const chunk of handle.createReadStream({ highWaterMark: 1024 * 1024, autoClose: false })) hash.update(chunk as Buffer);
+  } finally {
+    await handle.close();
+  }
+  return hash.digest('hex');
+}
+
+/** The mtime/ctime of a path in ms, or undefined when it is gone. */
+export async function changedMs(path: string): Promise<number | undefined> {
+  try {
+    const stat = await fs.lstat(path);
+    return Math.max(stat.ctimeMs, stat.mtimeMs);
+  } catch (error) {
+    if (isErrno(error, 'ENOENT', 'ENOTDIR')) return undefined;
+    throw error;
   }
 }

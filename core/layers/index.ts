@@ -45,4 +45,24 @@ export { checkStorable, digestLayer, publishLayer } from './publish.js';
 export { BUSYBOX_ROOTFS_VERSION, buildBusyboxRootfs } from './sources/busybox.js';
 export { copyTree, setMetadata, writeNonDirectories } from './sources/dir.js';
 export { materialise } from './sources/index.js';
-export { LayerStore, isSafeRefPart, type ResolvedLayer, type Staging } from './store.js';
+export { probeErofs, buildErofsImage, checkErofsImage, SPLIT_CHUNK_BYTES, type ErofsProbe } from './erofs.js';
+export type { AttachedImage, ImageFormat } from './images/types.js';
+export { InUseRegistry, type InUseRecord } from './inuse.js';
+export {
+  attachLoop,
+  detachLoop,
+  detachUnmountedLoops,
+  isMountPoint,
+  loopBytesRead,
+  loopsBackedBy,
+  mountErofs,
+  mountsUnder,
+  readMounts,
+  unmount,
+  type LoopDevice,
+  type MountEntry,
+} from './mounts.js';
+export { squashLayers } from './squash.js';
+export { LayerStore, isSafeRefPart, type LayerStoreOptions, type ResolvedLayer, type Staging } from './store.js';
+export type { BlobCacheSettings, FormatChoice } from './store-format.js';
+export { tapLayerStore, type LayerStoreRecord } from './taps.js';

@@ -10,6 +10,13 @@ export interface StorageLocalOptions {
    * @default "<node root>/storage-local"
    */
   readonly root?: string;
+  /**
+   * How layers are stored: `erofs` images mounted read-only (refused at first
+   * use if EROFS cannot be mounted here), `tree` directories, or `auto`:
+   * EROFS where it mounts, else trees, with the reason in the log.
+   * @default "auto"
+   */
+  readonly format?: 'auto' | 'erofs' | 'tree';
 }
 
 const PLUGIN_NAME = 'storage-local';
@@ -21,6 +28,7 @@ const optionsSchema = {
   additionalProperties: false,
   properties: {
     root: { type: 'string', minLength: 1, pattern: '^/', description: 'The store folder (absolute path).' },
+    format: { enum: ['auto', 'erofs', 'tree'], description: 'How layers are stored (default auto).' },
   },
 } as const;
 
@@ -30,12 +38,14 @@ function describe(error: ErrorObject, options: unknown): string {
   const field = error.instancePath.replace(/^\//, '');
   switch (error.keyword) {
     case 'additionalProperties':
-      return `unknown option ${JSON.stringify(error.params.additionalProperty)} (known: root)`;
+      return `unknown option ${JSON.stringify(error.params.additionalProperty)} (known: root, format)`;
     case 'pattern':
     case 'minLength': {
       const value = (options as Record<string, unknown>)[field];
       return `option ${field} must be an absolute path, got ${JSON.stringify(value)}`;
     }
+    case 'enum':
+      return `option ${field} must be one of ${(error.params.allowedValues as string[]).join(', ')}, got ${JSON.stringify((options as Record<string, unknown>)[field])}`;
     case 'type':
       return field === '' ? `options must be an object` : `option ${field} must be a ${error.params.type}`;
     default:

@@ -14,13 +14,17 @@
  *   layers' files, bottom to top, and keeps only JSON in `sandbox.storage`;
  * - a layer a sandbox uses cannot be unpublished (DSEC_LAYER_IN_USE) until
  *   `destroy`, which is idempotent;
- * - a failed publish leaves nothing published, and no scratch files remain.
+ * - a failed publish leaves nothing published, and no scratch files remain;
+ * - once every sandbox is destroyed, no mount and no loop device of the
+ *   plugin's is left (an image mounted for sandboxes is unmounted with its
+ *   last user).
  */
 import { promises as fs } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Dsec } from '../../core/dsec.js';
+import { leftovers, sweepMounts } from '../helpers/mounts.js';
 import type {
   DsecPlugin,
   ErrorCode,
@@ -38,6 +42,12 @@ export interface StorageConformanceOptions {
    * @default [`<node root>/<plugin name>/staging`]
    */
   readonly scratchDirs?: (nodeRoot: string, plugin: DsecPlugin) => string[];
+  /**
+   * Folders under which the plugin may mount things or attach files to loop
+   * devices; nothing may be left there once every sandbox is destroyed.
+   * @default [the node root]
+   */
+  readonly mountDirs?: (nodeRoot: string, plugin: DsecPlugin) => string[];
 }
 
 const quietLog: Logger = { info() {}, warn() {}, debug() {} };
@@ -87,8 +97,16 @@ export function describeStorageConformance(
     });
 
     afterEach(async () => {
+      // A failed test may have left mounts: sweep them, or the folder cannot be removed.
+      for (const dir of [root, ...(options.mountDirs?.(node.root, plugin) ?? [])]) sweepMounts(dir);
       await fs.rm(root, { recursive: true, force: true });
     });
+
+    function expectNothingMounted(): void {
+      for (const dir of options.mountDirs?.(node.root, plugin) ?? [node.root]) {
+        expect(leftovers(dir), `left under ${dir}`).toEqual({ mounts: [], loops: [] });
+      }
+    }
 
     async function dirLayer(layerName: string, version: string, files: Record<string, string>): Promise<LayerModel> {
       const path = await writeTree(join(root, 'sources', `${layerName}-${version}-${Object.keys(files).length}-${Math.random()}`), files);
@@ -173,6 +191,20 @@ export function describeStorageConformance(
       // The agent persists the sandbox as JSON after every step.
       expect(JSON.parse(JSON.stringify(sandbox.storage))).toEqual(sandbox.storage);
       await dsec.hooks.destroy.promise(sandbox);
+      expectNothingMounted();
+    });
+
+    it('shares the lower dirs of a layer between sandboxes, and keeps them until the last one is destroyed', async () => {
+      const base = await publish(await dirLayer('base', '1.0.0', { 'etc/os-release': 'ID=shared\n' }));
+      const first = await sandboxUsing(base);
+      const second = await sandboxUsing(base);
+      await dsec.hooks.resolveLayers.promise(first);
+      await dsec.hooks.resolveLayers.promise(second);
+      expect(second.lowerDirs).toEqual(first.lowerDirs);
+      await dsec.hooks.destroy.promise(first);
+      expect(await fs.readFile(join(second.lowerDirs[0], 'etc/os-release'), 'utf8')).toBe('ID=shared\n');
+      await dsec.hooks.destroy.promise(second);
+      expectNothingMounted();
     });
 
     it('refuses to resolve a layer that is not published with DSEC_LAYER_NOT_FOUND', async () => {
@@ -249,6 +281,7 @@ export function describeStorageConformance(
         const left = await fs.readdir(dir).catch(() => []);
         expect(left, `left in ${dir}`).toEqual([]);
       }
+      expectNothingMounted();
     });
   });
 }

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { Dsec } from '../../../core/dsec.js';
 import type { LayerModel, LayerRecord, LayerSource, Logger, NodeContext } from '../../../core/plugin-api.js';
-import storageLocal from '../../../plugins/storage-local/index.js';
+import storageLocal, { type StorageLocalOptions } from '../../../plugins/storage-local/index.js';
+import { sweepMounts } from '../../helpers/mounts.js';
 
 export const quietLog: Logger = { info() {}, warn() {}, debug() {} };
 
@@ -24,14 +25,20 @@ export interface Workspace {
   list(): Promise<LayerRecord[]>;
   /** Entries of a store subfolder (layers, refs, staging, inuse), sorted; [] when absent. */
   storeEntries(folder: string): Promise<string[]>;
+  /** Unmounts and detaches whatever is left under the workspace, then removes it. */
   cleanup(): Promise<void>;
 }
 
-export async function makeWorkspace(): Promise<Workspace> {
+/**
+ * A temp workspace with storage-local applied. The format defaults to
+ * `tree`: most tests here are about sources and digests, and read the
+ * published trees directly; the EROFS tests ask for `erofs`.
+ */
+export async function makeWorkspace(options: StorageLocalOptions = { format: 'tree' }): Promise<Workspace> {
   const root = await fs.mkdtemp(join(tmpdir(), 'dsec-storage-local-'));
   const node: NodeContext = { name: 'test-node', root: join(root, 'node'), log: quietLog };
   await fs.mkdir(node.root);
-  const dsec = new Dsec().use(storageLocal());
+  const dsec = new Dsec().use(storageLocal(options));
   const store = join(node.root, 'storage-local');
   return {
     root,
@@ -42,7 +49,10 @@ export async function makeWorkspace(): Promise<Workspace> {
     publish: (layer) => dsec.hooks.publishLayer.promise({ layer, node }) as Promise<LayerRecord>,
     list: () => dsec.hooks.listLayers.promise(node) as Promise<LayerRecord[]>,
     storeEntries: async (folder) => (await fs.readdir(join(store, folder)).catch(() => [])).sort(),
-    cleanup: () => fs.rm(root, { recursive: true, force: true }),
+    cleanup: async () => {
+      sweepMounts(root);
+      await fs.rm(root, { recursive: true, force: true });
+    },
   };
 }
 

@@ -187,7 +187,7 @@ describe('listing', () => {
     const warnings: string[] = [];
     const log: Logger = { info() {}, debug() {}, warn: (message) => warnings.push(message) };
     const node = { ...ws.node, log };
-    const dsec = new Dsec().use(storageLocal());
+    const dsec = new Dsec().use(storageLocal({ format: 'tree' }));
     const good = (await dsec.hooks.publishLayer.promise({ layer: await dirLayer('good@1.0.0', { 'a': 'a' }), node }))!;
     await fs.writeFile(join(ws.store, 'refs', 'bad@1.0.0.json'), '{ not json');
     expect(await dsec.hooks.listLayers.promise(node)).toEqual([good]);
@@ -198,8 +198,12 @@ describe('listing', () => {
 describe('options', () => {
   it('refuses an unknown option with DSEC_PLUGIN_OPTIONS', () => {
     expect(() => storageLocal({ rooot: '/x' } as never)).toThrow(
-      'plugin storage-local has invalid options: unknown option "rooot" (known: root)',
+      'plugin storage-local has invalid options: unknown option "rooot" (known: root, format)',
     );
+  });
+
+  it('refuses an unknown format with DSEC_PLUGIN_OPTIONS', () => {
+    expect(() => storageLocal({ format: 'squashfs' } as never)).toThrow('option format must be one of auto, erofs, tree, got "squashfs"');
   });
 
   it('refuses a relative root with DSEC_PLUGIN_OPTIONS', () => {
@@ -208,7 +212,7 @@ describe('options', () => {
 
   it('keeps the store under the root option instead of the node root', async () => {
     const root = join(ws.root, 'elsewhere');
-    const dsec = new Dsec().use(storageLocal({ root }));
+    const dsec = new Dsec().use(storageLocal({ root, format: 'tree' }));
     await dsec.hooks.publishLayer.promise({ layer: await dirLayer('app@1.0.0', { 'a': 'a' }), node: ws.node });
     expect(await fs.readdir(join(root, 'refs'))).toEqual(['app@1.0.0.json']);
     expect(await ws.storeEntries('refs')).toEqual([]);

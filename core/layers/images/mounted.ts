@@ -1,0 +1,121 @@
+/**
+ * What the two EROFS formats share: each image is mounted once per node,
+ * read-only, at `<local>/mnt/<hex>`, from a loop device attached read-only
+ * (and made auto-clear once mounted, see mounts.ts). `<local>/mnt/<hex>.json`
+ * remembers which device reads the data, for the read counters; the mount
+ * itself is always read back from the kernel's mount table, so an agent that
+ * restarts finds its mounts again.
+ */
+import { promises as fs } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { DsecError, isDsecError } from '../../errors.js';
+import type { LayerFormat } from '../../live.js';
+import { digestHex } from '../digest.js';
+import { isErrno, writeFileAtomic } from '../fsutil.js';
+import { attachLoop, detachLoop, isMountPoint, mountErofs, mountsUnder, settleLoop, loopsBackedBy, unmount } from '../mounts.js';
+import type { AttachedImage, FormatDirs, ImageFormat, NewStaging, PreparedImage, StoredImage } from './types.js';
+
+/** What a format opened for a mount: the file behind the loop device, and what to mount. */
+export interface OpenedImage {
+  /** The file attached to the loop device (the image, or a split image's blob). */
+  readonly data: string;
+  readonly dataBytes: number;
+  readonly source: 'store' | 'cache';
+  /** For a split image: the metadata image to mount, with the loop device as its blob device. */
+  readonly metadata?: string;
+  /** Loop device read-ahead in 512-byte sectors. @default the kernel's */
+  readonly readAheadSectors?: number;
+}
+
+export abstract class MountedFormat implements ImageFormat {
+  readonly format: LayerFormat = 'erofs';
+  abstract readonly description: string;
+  protected readonly layersDir: string;
+  protected readonly mntDir: string;
+
+  constructor(
+    protected readonly dirs: FormatDirs,
+    protected readonly newStaging: NewStaging,
+  ) {
+    this.layersDir = join(dirs.shared, 'layers');
+    this.mntDir = join(dirs.local, 'mnt');
+  }
+
+  abstract has(digest: string): Promise<boolean>;
+  abstract prepare(tree: string, digest: string): Promise<PreparedImage>;
+  abstract drop(digest: string, trash: string): Promise<void>;
+  abstract stored(): Promise<StoredImage[]>;
+  /** Verify what the mount will read and say which file to attach. */
+  protected abstract open(digest: string, ref: string): Promise<OpenedImage>;
+  /** Called once an image is mounted (e.g. to fill a cache in the background). */
+  protected mounted(_digest: string, _opened: OpenedImage): void {}
+
+  mountPoint(digest: string): string {
+    return join(this.mntDir, digestHex(digest));
+  }
+
+  private statePath(digest: string): string {
+    return `${this.mountPoint(digest)}.json`;
+  }
+
+  async attached(digest: string): Promise<AttachedImage | undefined> {
+    const path = this.mountPoint(digest);
+    if (!(await isMountPoint(path))) return undefined;
+    try {
+      return { ...(JSON.parse(await fs.readFile(this.statePath(digest), 'utf8')) as AttachedImage), path };
+    } catch {
+      return { path };
+    }
+  }
+
+  async attach(digest: string, ref: string): Promise<AttachedImage> {
+    const path = this.mountPoint(digest);
+    await fs.mkdir(path, { recursive: true });
+    const opened = await this.open(digest, ref);
+    let device: string | undefined;
+    try {
+      device = await attachLoop(opened.data, { readAheadSectors: opened.readAheadSectors });
+      if (opened.metadata) await mountErofs(opened.metadata, path, { device });
+      else await mountErofs(device, path);
+    } catch (error) {
+      if (device) await detachLoop(device).catch(() => undefined);
+      await fs.rmdir(path).catch(() => undefined);
+      if (isDsecError(error)) throw error;
+      throw new DsecError('DSEC_LAYER_MOUNT', { ref, path, message: (error as Error).message }, { cause: error });
+    }
+    // Busy now: the kernel only marks it auto-clear, and frees it with the mount.
+    await detachLoop(device);
+    const attached: AttachedImage = {
+      path,
+      device,
+      source: opened.source,
+      dataBytes: opened.dataBytes,
+      data: opened.data,
+      ...(opened.metadata ? { metadata: opened.metadata } : {}),
+    };
+    await writeFileAtomic(this.statePath(digest), JSON.stringify(attached) + '\n');
+    this.mounted(digest, opened);
+    return attached;
+  }
+
+  async detach(digest: string): Promise<void> {
+    const path = this.mountPoint(digest);
+    const attached = await this.attached(digest);
+    await unmount(path);
+    if (attached?.device && attached.data) await settleLoop(attached.device, attached.data);
+    // mount(8) put a split image's metadata on a loop device of its own (auto-clear).
+    if (attached?.metadata) {
+      for (const loop of await loopsBackedBy([attached.metadata])) await settleLoop(loop.device, attached.metadata);
+    }
+    await fs.rm(this.statePath(digest), { force: true });
+    await fs.rmdir(path).catch((error: unknown) => {
+      if (!isErrno(error, 'ENOENT')) throw error;
+    });
+  }
+
+  async attachedDigests(): Promise<string[]> {
+    return (await mountsUnder(this.mntDir))
+      .filter((mount) => dirname(mount.target) === this.mntDir && /^[0-9a-f]{64}$/.test(basename(mount.target)))
+      .map((mount) => `sha256:${basename(mount.target)}`);
+  }
+}
