@@ -9,12 +9,14 @@
  */
 import type { Dsec } from '../dsec.js';
 import { DsecError, isDsecError } from '../errors.js';
+import { isPendingDigest } from '../live.js';
 import type { LayerModel } from '../model.js';
 import type { Plan, ResourceChange, StateFile } from '../plan.js';
 import type { Provider } from '../provider.js';
 import type { StateSession } from '../state/session.js';
 import { layerAddress, layerRef, splitLayerRef } from './addresses.js';
 import { applyFleetChange, type FleetApplyContext } from './apply-fleet.js';
+import { parentRefs, resolvePendingFleet } from './build-layers.js';
 import { createLimiter } from './limiter.js';
 import { assertPlanFresh } from './saved-plan.js';
 import { adoptLineage, dropSandboxes, recordLayer, recordSandboxes, removeResource } from './state-records.js';
@@ -82,15 +84,30 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
   };
 
   const changes = plan.resource_changes.filter((change) => change.action !== 'no-op');
+  const layerCreates = new Map(
+    changes.filter((change) => change.type === 'layer' && change.action === 'create').map((change) => [change.address, change]),
+  );
+  /** The real digest of each layer this apply published (`name@version` -> digest), for what was planned pending. */
+  const published = new Map<string, string>();
   const publishes = new Map<string, Promise<boolean>>();
-  for (const change of changes) {
-    if (change.type === 'layer' && change.action === 'create') {
-      publishes.set(
-        change.address,
-        run(change, () => publishLayer(change, context)),
-      );
-    }
-  }
+  // A build runs on its parents, so it starts once the parents this apply publishes are there.
+  const publish = (change: ResourceChange): Promise<boolean> => {
+    let started = publishes.get(change.address);
+    if (started) return started;
+    started = (async () => {
+      const desired = plan.desired.layers[change.name];
+      for (const parent of desired ? parentRefs(desired) : []) {
+        const parentChange = layerCreates.get(layerAddress(parent));
+        if (parentChange && !(await publish(parentChange))) return refuse(change, parentChange.address);
+      }
+      return run(change, async () => {
+        published.set(change.name, await publishLayer(change, context));
+      });
+    })();
+    publishes.set(change.address, started);
+    return started;
+  };
+  for (const change of layerCreates.values()) void publish(change);
 
   const fleets = changes
     .filter((change) => change.type === 'fleet')
@@ -99,7 +116,13 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
         .map((layer) => layerAddress(layerRef(layer.name, layer.version)))
         .filter((address) => publishes.has(address));
       for (const address of needs) if (!(await publishes.get(address))) return refuse(change, address);
-      return run(change, () => applyFleetChange(change, context));
+      return run(change, () => {
+        // Sandboxes planned on a layer built just now get its real digest.
+        const resolved = resolvePendingFleet(change, plan.desired.fleets[change.name], published);
+        if (resolved.change === change) return applyFleetChange(change, context);
+        const fleets = { ...plan.desired.fleets, ...(resolved.desired ? { [change.name]: resolved.desired } : {}) };
+        return applyFleetChange(resolved.change, { ...context, plan: { ...plan, desired: { ...plan.desired, fleets } } });
+      });
     });
   await Promise.all([...publishes.values(), ...fleets]);
 
@@ -132,7 +155,8 @@ function recordNoOps(plan: Plan, state: StateFile): StateFile {
     if (change.action !== 'no-op') continue;
     if (change.type === 'layer' && !(change.address in next.resources)) {
       const layer = plan.desired.layers[change.name];
-      if (layer)
+      // A `published` layer is not dsec's: recording it would make removing it from the config unpublish it.
+      if (layer && layer.source.type !== 'published')
         next = recordLayer(next, {
           type: 'layer',
           name: layer.name,
@@ -149,7 +173,8 @@ function recordNoOps(plan: Plan, state: StateFile): StateFile {
   return next;
 }
 
-async function publishLayer(change: ResourceChange, context: FleetApplyContext): Promise<void> {
+/** Publish a planned layer; resolves to its digest (the real one, for a layer planned with a pending digest). */
+async function publishLayer(change: ResourceChange, context: FleetApplyContext): Promise<string> {
   const desired = context.plan.desired.layers[change.name];
   if (!desired) throw new Error(`the plan has no desired layer ${change.name}`);
   const { digest: planned, ...model } = desired;
@@ -164,9 +189,11 @@ async function publishLayer(change: ResourceChange, context: FleetApplyContext):
       digest: record.digest,
     }),
   );
-  if (record.digest !== planned) {
+  // A pending digest is a promise of "whatever the build gives": only a known one can have changed.
+  if (!isPendingDigest(planned) && record.digest !== planned) {
     throw new DsecError('DSEC_LAYER_CHANGED', { ref: change.name, planned, digest: record.digest });
   }
+  return record.digest;
 }
 
 async function unpublishLayer(change: ResourceChange, context: FleetApplyContext): Promise<void> {

@@ -1,5 +1,6 @@
 /**
- * The dependency graph: layers -> environments -> fleets. Built, like
+ * The dependency graph: layers -> environments -> fleets, and a build layer
+ * -> its parent layers. Built, like
  * Terraform's graph builder, by an ordered list of small steps, each with one
  * job; a comment says where one step must come before another. Plan targeting,
  * apply ordering and `dsec graph` all read it.
@@ -11,7 +12,7 @@ import { environmentAddress, fleetAddress, layerAddress, type NodeType, requireL
 export interface GraphNode {
   readonly address: string;
   readonly type: NodeType;
-  /** Addresses this node needs first (a fleet needs its environment, an environment its layers). */
+  /** Addresses this node needs first (a fleet needs its environment, an environment its layers, a build its parents). */
   readonly dependsOn: string[];
 }
 
@@ -57,6 +58,16 @@ const connectEnvironmentsToLayers: GraphStep = (config, nodes) => {
   }
 };
 
+/** A build runs on its parents: they are published first (a `from` entry is an edge, layer -> layer). */
+const connectBuildsToParents: GraphStep = (config, nodes) => {
+  for (const layer of sortedValues(config.layers)) {
+    if (layer.source.type !== 'build') continue;
+    const address = layerAddress(layer.ref);
+    const node = nodes.get(address)!;
+    for (const ref of layer.source.from) node.dependsOn.push(layerAddress(requireLayerRef(config, ref, address).ref));
+  }
+};
+
 const connectFleetsToEnvironments: GraphStep = (config, nodes) => {
   for (const fleet of sortedValues(config.fleets)) {
     const environment = environmentAddress(fleet.environment);
@@ -80,6 +91,7 @@ const STEPS: readonly GraphStep[] = [
   addLayerNodes,
   addEnvironmentNodes,
   addFleetNodes,
+  connectBuildsToParents,
   connectEnvironmentsToLayers,
   connectFleetsToEnvironments,
   rejectCycles,
@@ -92,9 +104,9 @@ export function buildGraph(config: ConfigModel): Graph {
 }
 
 /**
- * Throws DSEC_CONFIG_CYCLE naming the cycle (`a -> b -> a`) if there is one.
- * Today's node types cannot form one (layers depend on nothing), but the check
- * is what keeps that true when a new kind of edge is added.
+ * Throws DSEC_CONFIG_CYCLE naming the cycle (`a -> b -> a`) if there is one:
+ * builds on top of each other are the one way to make one (the config's
+ * semantic checks catch it first, with a location).
  */
 export function assertAcyclic(graph: Graph): void {
   const VISITING = 1;

@@ -109,7 +109,16 @@ export const PLAN_FILE_SCHEMA: Record<string, unknown> = {
           additionalProperties: {
             type: 'object',
             required: ['ref', 'name', 'version', 'kind', 'source', 'digest'],
-            properties: { source: { type: 'object', required: ['type', 'path'] } },
+            // Builds and published layers have no path; every other source has one.
+            properties: {
+              source: {
+                type: 'object',
+                required: ['type'],
+                if: { properties: { type: { enum: ['build', 'published'] } } },
+                then: { properties: { type: { enum: ['build', 'published'] } } },
+                else: { required: ['path'] },
+              },
+            },
           },
         },
         fleets: {

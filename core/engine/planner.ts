@@ -4,10 +4,11 @@
  * plan's timestamp, no randomness but new sandbox ids. It must stay linear in
  * the number of sandboxes: 1,000 fleets of 100 plan in well under 2 s.
  */
-import { LABEL_FLEET, LABEL_LINEAGE, type LayerRecord, type LiveView, type SandboxInfo } from '../live.js';
+import { isPendingDigest, LABEL_FLEET, LABEL_LINEAGE, type LayerRecord, type LiveView, type SandboxInfo } from '../live.js';
 import type { FleetState, LayerState, Plan, PlanInput, ResourceChange, StateFile } from '../plan.js';
 import { DSEC_VERSION } from '../version.js';
 import { fleetAddress, layerAddress, layerRef } from './addresses.js';
+import { withParents } from './build-layers.js';
 import { type FleetAttributes, resolveFleet } from './fleet-attributes.js';
 import { buildGraph } from './graph.js';
 import { planFleet } from './plan-fleets.js';
@@ -57,11 +58,12 @@ export function makePlan(input: PlanInput): Plan {
       const layer = config.layers[name];
       const digest = layerDigests[layer.ref];
       if (!digest) throw new Error(`makePlan: no digest was computed for layer ${layer.ref}`);
-      desiredLayers[layer.ref] = { ...layer, digest };
+      desiredLayers[layer.ref] = { ...withParents(config, layer, layerDigests), digest };
     }
     for (const name of Object.keys(config.fleets).sort()) {
       desiredFleets[name] = resolveFleet(config, config.fleets[name], layerDigests);
     }
+    warnPendingLayers(desiredLayers, desiredFleets, warn);
   }
 
   const records = recordsOf(state);
@@ -150,6 +152,22 @@ export function makePlan(input: PlanInput): Plan {
     warnings,
     desired: { layers: desiredLayers, fleets: desiredFleets },
   };
+}
+
+/** Say plainly which layers are built during apply and what that costs: their fleets are replaced. */
+function warnPendingLayers(
+  layers: Readonly<Record<string, DesiredLayer>>,
+  fleets: Readonly<Record<string, FleetAttributes>>,
+  warn: (message: string) => void,
+): void {
+  for (const [ref, layer] of Object.entries(layers)) {
+    if (!isPendingDigest(layer.digest)) continue;
+    const users = Object.values(fleets)
+      .filter((fleet) => fleet.layers.some((used) => layerRef(used.name, used.version) === ref))
+      .map((fleet) => `fleet.${fleet.name}`);
+    const effect = users.length > 0 ? `; the sandboxes of ${users.join(', ')} are created on it (live ones replaced) once it is built` : '';
+    warn(`layer.${ref} is built during apply, so its digest is known after apply${effect}`);
+  }
 }
 
 /**
