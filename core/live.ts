@@ -83,6 +83,8 @@ export interface StorageStats {
   /** The format's own words: `erofs (lz4hc)`, `erofs split: metadata on local disk, blob read on demand`. */
   readonly description: string;
   readonly store: string;
+  /** What the store folder is on, when the plugin says (storage-3fs: a 3FS mount, or an ordinary directory). */
+  readonly backing?: string;
   readonly mounts: readonly MountStats[];
   readonly cache?: CacheStats;
 }

@@ -14,7 +14,14 @@ import { DsecError } from './errors.js';
 import type { PluginRef } from './model.js';
 
 /** Plugins that ship with dsec, loadable by bare name. */
-export const BUILTIN_PLUGINS: readonly string[] = Object.freeze(['storage-local', 'backend-container']);
+export const BUILTIN_PLUGINS: readonly string[] = Object.freeze(['storage-local', 'storage-3fs', 'backend-container']);
+
+/**
+ * The built-in storage plugins. A node has one layer store, so a config
+ * naming one of them replaces whichever the defaults bring (storage-3fs in
+ * place of storage-local), rather than loading both.
+ */
+export const BUILTIN_STORAGE_PLUGINS: readonly string[] = Object.freeze(['storage-local', 'storage-3fs']);
 
 /** What a node agent loads when told nothing else: the local layer store and the container backend. */
 export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
@@ -24,12 +31,15 @@ export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
 
 /**
  * `base` with `extra` on top: an extra ref with a built-in's name replaces it
- * (so a config can pass options to a built-in); others are appended in order.
+ * (so a config can pass options to a built-in), an extra built-in storage
+ * plugin replaces the base's storage plugin (one store per node); others are
+ * appended in order.
  */
 export function mergePluginRefs(base: readonly PluginRef[], extra: readonly PluginRef[]): PluginRef[] {
   const merged = [...base];
+  const isStorage = (ref: PluginRef) => BUILTIN_STORAGE_PLUGINS.includes(ref.name);
   for (const ref of extra) {
-    const at = merged.findIndex((existing) => existing.name === ref.name);
+    const at = merged.findIndex((existing) => existing.name === ref.name || (isStorage(existing) && isStorage(ref)));
     if (at >= 0) merged[at] = ref;
     else merged.push(ref);
   }

@@ -6,7 +6,8 @@
  *
  * `--plugins` is a JSON array of PluginRef ({name, options}) loaded on top of
  * the built-ins (storage-local, backend-container); a ref with a built-in's
- * name replaces it. `--no-builtins` loads only `--plugins`.
+ * name replaces it, and a built-in storage plugin (storage-3fs) replaces the
+ * default storage-local. `--no-builtins` loads only `--plugins`.
  *
  * SIGTERM / SIGINT / POST /v1/shutdown close the API and exit; the sandboxes
  * keep running, and the next agent on this root adopts them.

@@ -143,6 +143,7 @@ export class StoreMounts {
       ...(this.chosen.reason !== undefined ? { reason: this.chosen.reason } : {}),
       description: this.chosen.primary.description,
       store: this.store.dir,
+      ...(this.store.backing !== undefined ? { backing: this.store.backing } : {}),
       mounts: mounts.sort((a, b) => a.path.localeCompare(b.path)),
       ...(cache ? { cache } : {}),
     };

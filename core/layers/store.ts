@@ -65,6 +65,12 @@ export interface LayerStoreOptions {
   readonly cache?: BlobCacheSettings;
   /** How to learn whether EROFS mounts here (tests stand in a failing probe). @default probeErofs */
   readonly probe?: () => Promise<ErofsProbe>;
+  /**
+   * Says what `dir` is on (e.g. "3FS mount ..."), once, before the store is
+   * first used: logged, and in the stats. May throw to refuse the store
+   * (a shared mount that is not there).
+   */
+  readonly backing?: () => Promise<string>;
 }
 
 /** Names and versions become file names: no separators, no dot-files, bounded. */
@@ -93,6 +99,8 @@ export class LayerStore {
   private readonly options: LayerStoreOptions;
   private chosen: Promise<ChosenFormats> | undefined;
   private mountsOf: StoreMounts | undefined;
+  /** What `dir` is on, when the plugin said (`backing` option). */
+  backing: string | undefined;
 
   constructor(options: LayerStoreOptions) {
     this.options = options;
@@ -129,6 +137,10 @@ export class LayerStore {
   }
 
   private async open(): Promise<ChosenFormats> {
+    if (this.options.backing) {
+      this.backing = await this.options.backing();
+      this.log.info(`${this.name}: ${this.backing}`);
+    }
     const folders = ['layers', 'refs', 'inuse', 'staging'].map((sub) => join(this.dir, sub));
     await Promise.all([...folders, this.localStagingDir].map((dir) => fs.mkdir(dir, { recursive: true })));
     await sweepStaging(this.stagingDir, this.log, this.name);

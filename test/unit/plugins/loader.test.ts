@@ -112,4 +112,17 @@ describe('plugin loader', () => {
       { name: './policy.mjs', options: {} },
     ]);
   });
+
+  it('replaces the default storage-local with a storage plugin the config names, instead of loading both', () => {
+    const merged = mergePluginRefs(DEFAULT_AGENT_PLUGINS, [{ name: 'storage-3fs', options: { mount: '/mnt/3fs' } }]);
+    expect(merged).toEqual([
+      { name: 'storage-3fs', options: { mount: '/mnt/3fs' } },
+      { name: 'backend-container', options: {} },
+    ]);
+  });
+
+  it('loads storage-3fs by its bare name, like every built-in', async () => {
+    const [plugin] = await loadPlugins([{ name: 'storage-3fs', options: { mount: '/mnt/3fs' } }], process.cwd());
+    expect(plugin.name).toBe('storage-3fs');
+  });
 });
