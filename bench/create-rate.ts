@@ -1,168 +1,227 @@
 /**
- * Sandbox creation rate: dsec (Provider.createSandbox through the node agent,
- * parallelism 10 like `apply`) against the bare runtime doing the same work
- * (overlay mount + `runc run --detach` of a prepared bundle, same layers,
- * same parallelism). Three rounds each, medians reported; the target is dsec
- * at >= 0.5x the bare rate. Needs root and runc; cleans up everything.
+ * Sandbox creation rate: a real `dsec apply` of a fleet of N container
+ * sandboxes (default 50, parallelism 10) beside the bare OCI runtime running
+ * the same bundles (overlay mount + `runc run --detach` of the config.json the
+ * backend generated, same parallelism), and the same for destroy.
  *
- *   npm run build && node dist/bench/create-rate.js [--count 50] [--parallel 10] [--rounds 3]
+ * Each round runs every side once, in an order that rotates from round to
+ * round, so all sides share the machine's noise; figures are medians over
+ * the rounds, and ratios are taken within a round before the median. Sides:
+ *
+ *   dsec apply  in-process `dsec apply --auto-approve`, the CLI's own code
+ *               (lock, refresh, plan, apply, unlock); its sandbox phase
+ *               (first create started -> last one in the state) apart too
+ *   dsec CLI    `node bin/dsec.js apply --auto-approve`, spawn to exit
+ *   bare runc   mount(8) + `runc run --detach` from Node with the backend's
+ *               own helpers; teardown kill + `runc delete --force` + umount
+ *   bare sh     the same mount + run from `xargs -P N sh -c`: no Node fork
+ *               per process, the strictest baseline (create only)
+ *
+ * The target (the issue's): dsec's apply creates at >= 0.5x the bare rate,
+ * checked against the stricter of the two bare baselines. Needs root, runc
+ * and overlayfs. Cleans up everything, even on failure or ^C.
+ *
+ *   npm run build && node dist/bench/create-rate.js [--count 50] [--parallel 10] [--rounds 5] [--no-cli] [--no-shell]
  */
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readdir, readFile, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { stopAgent } from '../core/agent/daemon.js';
-import type { LayerRef, SandboxSpec } from '../core/live.js';
-import { bundleConfig } from '../plugins/backend-container/bundle.js';
 import { removeCgroupDirs } from '../plugins/backend-container/cgroups.js';
-import { cgroupsPathOf } from '../plugins/backend-container/index.js';
-import { mountOverlay, unmountAll } from '../plugins/backend-container/rootfs.js';
-import { findRuntime, runRuntime, startDetached, type Runtime } from '../plugins/backend-container/runtime.js';
-import { createLocalProvider, type LocalProvider } from '../providers/local/index.js';
+import { cgroupsPathOf, containerId } from '../plugins/backend-container/index.js';
+import { unmountAll } from '../plugins/backend-container/rootfs.js';
+import { findRuntime, runRuntime } from '../plugins/backend-container/runtime.js';
+import { agentRootOf } from '../providers/local/index.js';
+import { BareRuntime, type OciConfigTemplate } from './lib/bare-runc.js';
+import { applyInProcess, applyWithCli, FLEET_ADDRESS, HOLD_FLEET, writeProject } from './lib/dsec-project.js';
+import { renderCreateRate, type Round, type Side, type SideResult } from './lib/create-rate-report.js';
+import { fixed, measured, pool } from './lib/measure.js';
 
-interface Settings {
+export interface CreateRateSettings {
   count: number;
   parallel: number;
   rounds: number;
+  /** Also time the real command. */
+  cli: boolean;
+  /** Also run the shell-driven bare baseline. */
+  shell: boolean;
 }
 
-const RESOURCES = { cpu: 0.25, memoryMiB: 64, pids: 64 };
-
-function parseSettings(argv: readonly string[]): Settings {
-  const settings: Settings = { count: 50, parallel: 10, rounds: 3 };
-  for (let i = 0; i < argv.length; i += 2) {
-    const key = argv[i]?.replace(/^--/, '') as keyof Settings;
-    const value = Number(argv[i + 1]);
-    if (!(key in settings) || !Number.isInteger(value) || value < 1) throw new Error(`usage: create-rate [--count N] [--parallel N] [--rounds N]`);
-    settings[key] = value;
+export function parseCreateRateArgs(argv: readonly string[]): CreateRateSettings {
+  const settings: CreateRateSettings = { count: 50, parallel: 10, rounds: 5, cli: true, shell: true };
+  const usage = 'usage: create-rate [--count N] [--parallel N] [--rounds N] [--no-cli] [--no-shell]';
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i];
+    if (flag === '--no-cli' || flag === '--no-shell') {
+      settings[flag === '--no-cli' ? 'cli' : 'shell'] = false;
+      continue;
+    }
+    const key = flag.replace(/^--/, '');
+    const value = Number(argv[++i]);
+    if (!['count', 'parallel', 'rounds'].includes(key) || !Number.isInteger(value) || value < 1) throw new Error(usage);
+    settings[key as 'count' | 'parallel' | 'rounds'] = value;
   }
   return settings;
 }
 
-/** Run `work` over 0..count-1 with at most `limit` in flight; resolves to the wall time in seconds. */
-async function timed(count: number, limit: number, work: (index: number) => Promise<void>): Promise<number> {
-  const started = performance.now();
-  let next = 0;
-  const worker = async () => {
-    while (next < count) await work(next++);
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, count) }, worker));
-  return (performance.now() - started) / 1000;
-}
+let aborted = false;
+const checkAborted = () => {
+  if (aborted) throw new Error('interrupted');
+};
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-function spec(id: string, layer: LayerRef): SandboxSpec {
-  return { id, backend: 'container', layers: [layer], env: {}, workdir: '/', user: 'root', resources: RESOURCES, network: 'none', qos: 'best-effort', labels: { bench: 'create-rate' } };
-}
-
-/** dsec: create `count` sandboxes through the provider; returns seconds, then destroys them (untimed). */
-async function dsecRound(provider: LocalProvider, layer: LayerRef, settings: Settings, round: number): Promise<number> {
-  const ids = Array.from({ length: settings.count }, (_, i) => `bench-${round}-${i}`);
-  try {
-    return await timed(settings.count, settings.parallel, async (i) => {
-      await provider.createSandbox(spec(ids[i], layer));
-    });
-  } finally {
-    await timed(ids.length, settings.parallel, async (i) => provider.destroySandbox(ids[i]));
-  }
-}
-
-/** The bare runtime: the same overlay and config.json, mounted and started by hand. */
-async function bareRound(runtime: Runtime, lowerDirs: readonly string[], work: string, settings: Settings, round: number): Promise<number> {
-  const bundles = Array.from({ length: settings.count }, (_, i) => {
-    const dir = path.join(work, `bare-${round}-${i}`);
-    const cid = `dsecbench-bare-${process.pid}-${round}-${i}`;
-    for (const sub of ['upper', 'work', 'rootfs']) mkdirSync(path.join(dir, sub), { recursive: true });
-    const config = bundleConfig({
-      sandboxId: `bare-${i}`,
-      rootfs: path.join(dir, 'rootfs'),
-      env: {},
-      workdir: '/',
-      user: { uid: 0, gid: 0 },
-      resources: RESOURCES,
-      qos: 'best-effort',
-      cgroupsPath: cgroupsPathOf(cid),
-      maxOpenFiles: 1024,
-    });
-    writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
-    return { dir, cid };
-  });
-  try {
-    return await timed(bundles.length, settings.parallel, async (i) => {
-      const { dir, cid } = bundles[i];
-      await mountOverlay({ lowerDirs, upperDir: path.join(dir, 'upper'), workDir: path.join(dir, 'work'), target: path.join(dir, 'rootfs') });
-      await startDetached(runtime, ['run', '--detach', '--bundle', dir, cid], path.join(dir, 'init.log'));
-    });
-  } finally {
-    await timed(bundles.length, settings.parallel, async (i) => {
-      const { dir, cid } = bundles[i];
-      await runRuntime(runtime, ['delete', '--force', cid]);
-      await unmountAll(path.join(dir, 'rootfs'));
-      await removeCgroupDirs(cgroupsPathOf(cid)).catch(() => {});
-      rmSync(dir, { recursive: true, force: true });
-    });
-  }
-}
-
-async function main(): Promise<void> {
-  const settings = parseSettings(process.argv.slice(2));
+export async function runCreateRate(settings: CreateRateSettings): Promise<boolean> {
   const runtime = findRuntime('runc');
-  const work = realpathSync(mkdtempSync(path.join(tmpdir(), 'dsec-bench-')));
-  const provider = createLocalProvider({ stateDir: path.join(work, '.dsec'), baseDir: work });
-  const rows: { round: number; dsec: number; bare: number }[] = [];
-  try {
-    const layer = await provider.publishLayer({ ref: 'busybox@1.0.0', name: 'busybox', version: '1.0.0', kind: 'base', source: { type: 'busybox', path: '/bin/busybox' } });
-    // The bare runtime gets exactly the layer trees the storage plugin gave dsec's sandboxes.
-    await provider.createSandbox(spec('bench-probe', layer));
-    const record = JSON.parse(readFileSync(path.join(provider.root, 'sandboxes/bench-probe/record.json'), 'utf8')) as { lowerDirs: string[] };
-    await provider.destroySandbox('bench-probe');
+  const work = await realpath(await mkdtemp(path.join(tmpdir(), 'dsec-bench-')));
+  const project = path.join(work, 'project');
+  const agentRoot = agentRootOf(path.join(project, '.dsec'));
+  await mkdir(project);
+  await writeProject(project, settings.count);
+  const onSignal = () => {
+    if (aborted) process.exit(130);
+    aborted = true;
+    process.stderr.write('create-rate: interrupted; finishing the step in flight, then cleaning up (^C again to leave things behind)\n');
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
 
-    for (let round = 1; round <= settings.rounds; round++) {
-      // Alternate the order, so neither side always runs on a warmer machine.
-      const runDsec = async () => settings.count / (await dsecRound(provider, layer, settings, round));
-      const runBare = async () => settings.count / (await bareRound(runtime, record.lowerDirs, work, settings, round));
-      let dsec: number;
-      let bare: number;
-      if (round % 2) {
-        dsec = await runDsec();
-        bare = await runBare();
-      } else {
-        bare = await runBare();
-        dsec = await runDsec();
+  let bare: BareRuntime | undefined;
+  const rounds: Round[] = [];
+  try {
+    // Warm-up, untimed: starts the agent, publishes the layer, runs one full
+    // apply, and lends the bare runtime one sandbox's config.json and layer trees.
+    const apply = { destroy: false, parallelism: settings.parallel, expect: settings.count };
+    const destroy = { ...apply, destroy: true, targets: [FLEET_ADDRESS] };
+    await applyInProcess(project, { ...apply, expect: settings.count + 1 });
+    bare = await bareFromSandbox(runtime, agentRoot, work);
+    await applyInProcess(project, destroy);
+    const runtimeSide = bare;
+    const perSandbox = (seconds: number) => settings.count / seconds;
+
+    const run: Record<Side, (round: number) => Promise<SideResult>> = {
+      dsec: async () => {
+        const up = await measured(() => applyInProcess(project, apply));
+        const down = await measured(() => applyInProcess(project, destroy));
+        return {
+          create: perSandbox(up.seconds),
+          createCpu: up.cpuSeconds,
+          createPhase: perSandbox(up.value.sandboxes),
+          destroy: perSandbox(down.seconds),
+          destroyCpu: down.cpuSeconds,
+          destroyPhase: perSandbox(down.value.sandboxes),
+        };
+      },
+      cli: async () => {
+        const up = await measured(() => applyWithCli(project, apply));
+        const down = await measured(() => applyWithCli(project, destroy));
+        return { create: perSandbox(up.seconds), createCpu: up.cpuSeconds, destroy: perSandbox(down.seconds), destroyCpu: down.cpuSeconds };
+      },
+      bare: async (round) => {
+        const bundles = await runtimeSide.prepare(`node-${round}`, settings.count);
+        const up = await measured(() => pool(bundles.length, settings.parallel, (i) => runtimeSide.start(bundles[i])));
+        const down = await measured(() => pool(bundles.length, settings.parallel, (i) => runtimeSide.stop(bundles[i])));
+        return { create: perSandbox(up.seconds), createCpu: up.cpuSeconds, destroy: perSandbox(down.seconds), destroyCpu: down.cpuSeconds };
+      },
+      sh: async (round) => {
+        const bundles = await runtimeSide.prepare(`sh-${round}`, settings.count);
+        const up = await measured(() => runtimeSide.startAllWithShell(bundles, settings.parallel));
+        await pool(bundles.length, settings.parallel, (i) => runtimeSide.stop(bundles[i]));
+        return { create: perSandbox(up.seconds), createCpu: up.cpuSeconds };
+      },
+    };
+
+    const sides: Side[] = ['dsec', 'bare', ...(settings.cli ? (['cli'] as const) : []), ...(settings.shell ? (['sh'] as const) : [])];
+    for (let round = 0; round < settings.rounds; round++) {
+      const results: Round = {};
+      // Rotate the order, so no side always runs on a warmer (or busier) machine.
+      for (const side of sides.map((_, i) => sides[(i + round) % sides.length])) {
+        checkAborted();
+        results[side] = await run[side](round);
       }
-      rows.push({ round, dsec, bare });
+      rounds.push(results);
+      process.stderr.write(`create-rate: round ${round + 1}/${settings.rounds} done\n`);
     }
   } finally {
-    await provider.close();
-    await stopAgent(provider.root).catch(() => {});
-    try {
-      for (const id of execFileSync('runc', ['list', '--quiet'], { encoding: 'utf8' }).split('\n')) {
-        if (id.startsWith(`dsecbench-bare-${process.pid}-`)) execFileSync('runc', ['delete', '--force', id]);
-      }
-    } catch {
-      // nothing left to delete
-    }
-    await unmountAll(work).catch(() => {});
-    rmSync(work, { recursive: true, force: true });
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    const problems = await cleanUp({ runtime, work, project, agentRoot, bare, settings });
+    for (const problem of problems) process.stderr.write(`create-rate: cleanup: ${problem}\n`);
   }
-
-  const format = (n: number) => n.toFixed(1).padStart(8);
-  const medianDsec = median(rows.map((row) => row.dsec));
-  const medianBare = median(rows.map((row) => row.bare));
-  const ratio = medianDsec / medianBare;
-  process.stdout.write(`create rate: ${settings.count} container sandboxes per round, parallelism ${settings.parallel}\n\n`);
-  process.stdout.write(`round    dsec/s    bare/s   ratio\n`);
-  for (const row of rows) process.stdout.write(`${String(row.round).padEnd(5)}${format(row.dsec)}  ${format(row.bare)}  ${(row.dsec / row.bare).toFixed(2).padStart(6)}\n`);
-  process.stdout.write(`median${format(medianDsec).slice(1)}  ${format(medianBare)}  ${ratio.toFixed(2).padStart(6)}\n\n`);
-  process.stdout.write(`target dsec >= 0.5x bare: ${ratio >= 0.5 ? 'met' : 'NOT met'} (${ratio.toFixed(2)}x)\n`);
+  return report(rounds, settings);
 }
 
-main().catch((error: Error) => {
-  process.stderr.write(`create-rate: ${error.stack ?? error.message}\n`);
-  process.exit(1);
-});
+/** The bare runtime, given the config.json and layer trees of the holder sandbox (alive all along). */
+async function bareFromSandbox(runtime: ReturnType<typeof findRuntime>, agentRoot: string, work: string): Promise<BareRuntime> {
+  const sandboxes = path.join(agentRoot, 'sandboxes');
+  const first = (await readdir(sandboxes)).find((name) => name.startsWith(`${HOLD_FLEET}-`));
+  if (!first) throw new Error(`the warm-up apply left no ${HOLD_FLEET} sandbox in ${sandboxes}`);
+  const config = JSON.parse(await readFile(path.join(sandboxes, first, 'config.json'), 'utf8')) as OciConfigTemplate;
+  const record = JSON.parse(await readFile(path.join(sandboxes, first, 'record.json'), 'utf8')) as { lowerDirs: string[] };
+  const bareDir = path.join(work, 'bare');
+  await mkdir(bareDir);
+  return new BareRuntime(runtime, bareDir, config, record.lowerDirs);
+}
+
+/**
+ * Leave the machine as it was: the bare containers, then dsec's (through
+ * `dsec destroy`, and by hand if that fails), the agent, mounts, cgroups and
+ * the temp folder. Returns what could not be undone.
+ */
+async function cleanUp(args: {
+  runtime: ReturnType<typeof findRuntime>;
+  work: string;
+  project: string;
+  agentRoot: string;
+  bare: BareRuntime | undefined;
+  settings: CreateRateSettings;
+}): Promise<string[]> {
+  const { runtime, work, project, agentRoot, bare } = args;
+  const problems: string[] = bare ? await bare.cleanup() : [];
+  try {
+    // Everything the state owns (the fleet, and the layer too), plus live sandboxes of ours it adopts.
+    await applyInProcess(project, { destroy: true, parallelism: args.settings.parallel });
+  } catch (error) {
+    problems.push(`dsec destroy: ${(error as Error).message}`);
+  }
+  await stopAgent(agentRoot).catch((error: Error) => problems.push(`stopping the agent: ${error.message}`));
+  // By hand, whatever the destroy could not reach.
+  const prefix = containerId(agentRoot, '');
+  const listed = await runRuntime(runtime, ['list', '--quiet']).catch(() => undefined);
+  for (const id of (listed?.stdout ?? '').split('\n').filter((line) => line.startsWith(prefix))) {
+    problems.push(`container ${id} was left running; deleting it`);
+    await runRuntime(runtime, ['delete', '--force', id]);
+    await removeCgroupDirs(cgroupsPathOf(id)).catch((error: Error) => problems.push(error.message));
+  }
+  try {
+    await unmountAll(work);
+    await rm(work, { recursive: true, force: true });
+  } catch (error) {
+    problems.push(`removing ${work}: ${(error as Error).message}`);
+  }
+  return problems;
+}
+
+function report(rounds: readonly Round[], settings: CreateRateSettings): boolean {
+  const { text, ratios } = renderCreateRate(rounds, settings);
+  process.stdout.write(text);
+  const strictest = Math.min(ratios.bare ?? Infinity, ratios.sh ?? Infinity);
+  const met = strictest >= 0.5;
+  const against = [
+    ratios.bare !== undefined ? `${fixed(ratios.bare, 2)}x the Node-driven runc` : '',
+    ratios.sh !== undefined ? `${fixed(ratios.sh, 2)}x the shell-driven runc` : '',
+  ].filter(Boolean);
+  process.stdout.write(`\ntarget: dsec apply creates at >= 0.5x the bare runtime's rate: ${met ? 'met' : 'NOT met'} (${against.join(', ')})\n`);
+  return met;
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  runCreateRate(parseCreateRateArgs(process.argv.slice(2))).then(
+    (met) => {
+      if (!met) process.exitCode = 1;
+    },
+    (error: Error) => {
+      process.stderr.write(`create-rate: ${error.stack ?? error.message}\n`);
+      process.exitCode = 1;
+    },
+  );
+}

@@ -118,6 +118,10 @@ export class NodeAgent {
     const started = performance.now();
     await mkdir(ctx.dir, { recursive: true, mode: 0o700 });
     this.store.add(entry);
+    // Three durable writes, each before what it protects: `creating` before
+    // anything exists outside the folder (a restarted agent then cleans up);
+    // the storage plugin's notes before the backend starts (what it mounted
+    // may be needed to undo it); `running` before the caller hears of it.
     await this.store.persist(entry);
     try {
       const reason = await this.dsec.hooks.admit.promise(ctx);
@@ -131,14 +135,18 @@ export class NodeAgent {
         throw new DsecError('DSEC_BACKEND_FAILED', { backend: spec.backend, operation: 'provision', id: spec.id, message: 'no tap reported it running' });
       }
       ctx.status = 'running';
+      // Tuning taps must not fail a running sandbox: report and go on.
+      await this.dsec.hooks.started
+        .promise(ctx)
+        .catch((error: Error) => this.log.warn(`sandbox ${spec.id}: a started tap failed: ${error.message}`));
+      // One write after the started taps, not one before them too: a crash in
+      // between leaves `creating` on disk, and a create nobody was told of is
+      // rightly cleaned up on restart.
       await this.store.persist(entry);
     } catch (error) {
       await this.failCreate(entry, error);
       throw asDsecError(error, spec.backend, 'create', spec.id);
     }
-    // Tuning taps must not fail a running sandbox: report and go on.
-    await this.dsec.hooks.started.promise(ctx).catch((error: Error) => this.log.warn(`sandbox ${spec.id}: a started tap failed: ${error.message}`));
-    await this.store.persist(entry);
     this.log.info(`sandbox ${spec.id}: running on ${spec.backend} after ${Math.round(performance.now() - started)} ms`);
     return toInfo(entry);
   }

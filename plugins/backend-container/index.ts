@@ -4,10 +4,11 @@
  * private writable upper dir in the sandbox's folder.
  *
  *   provision  upper/ work/ rootfs/ -> overlay mount -> config.json -> runc run --detach
+ *              (mount, umount and runc are started by launcher.ts, a small shell)
  *   exec       runc exec, output capped, killed on timeout
  *   update     runc update (memory, swap, pids, cpu)
  *   probe      the init's pid + start time (runc state when unknown)
- *   destroy    runc kill + delete, unmount, sweep cgroups (idempotent)
+ *   destroy    kill the init, runc delete, unmount, sweep cgroups (idempotent)
  *
  * It imports only the public plugin API, like any third-party backend.
  */
@@ -27,7 +28,7 @@ import {
 } from '../../core/plugin-api.js';
 import { bundleConfig, cpuShares, CPU_PERIOD_US } from './bundle.js';
 import { removeCgroupDirs } from './cgroups.js';
-import { processStartTime, quickProbe } from './liveness.js';
+import { killInit, processStartTime, quickProbe } from './liveness.js';
 import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
 import { mountOverlay, unmountAll } from './rootfs.js';
 import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
@@ -178,10 +179,22 @@ async function probe(runtime: Runtime, sandbox: SandboxContext): Promise<Backend
   return 'stopped';
 }
 
-/** Tolerates every half-made state: no container, no mount, no cgroup. */
+/**
+ * Tolerates every half-made state: no container, no mount, no cgroup.
+ *
+ * The init must be dead before `runc delete --force`, or runc kills it itself
+ * and then polls every 100 ms until it is gone (a tenth of a second per
+ * sandbox). A running init the record knows (pid + start time, so a
+ * recycled pid is never hit) is killed here with kill(2), which spares
+ * spawning `runc kill`; a paused or unknown one is left to `runc kill`.
+ */
 async function destroy(runtime: Runtime, sandbox: SandboxContext): Promise<void> {
   const cid = containerIdOf(sandbox);
-  await runRuntime(runtime, ['kill', cid, 'KILL']); // fails harmlessly when not running or missing
+  const { initPid, initStart } = sandbox.backend;
+  const seen = await quickProbe(initPid, initStart, cgroupsPathOf(cid));
+  // A frozen init dies only once thawed, which runc does; an unknown one is runc's to find.
+  const dead = seen === 'stopped' || (seen === 'running' && (await killInit(initPid, initStart)));
+  if (!dead) await runRuntime(runtime, ['kill', cid, 'KILL']); // fails harmlessly when not running or missing
   const deleted = await runRuntime(runtime, ['delete', '--force', cid]);
   if (deleted.code !== 0 && !/does not exist|not exist/.test(deleted.stderr)) {
     throw new Error(`runc delete: ${deleted.stderr.trim()}`);

@@ -1,13 +1,11 @@
 /**
  * The sandbox's root filesystem: an overlay of the read-only layer trees with
  * a private writable upper dir, mounted with mount(8) and taken down with
- * umount(8). Mount state is read from /proc/self/mountinfo, never guessed.
+ * umount(8), both started by the launcher. Mount state is read from
+ * /proc/self/mountinfo, never guessed.
  */
-import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
-import { promisify } from 'node:util';
-
-const execFileAsync = promisify(execFile);
+import { launcher } from './launcher.js';
 
 /** The kernel takes at most a page of mount options. */
 const MAX_MOUNT_OPTIONS = 4000;
@@ -36,7 +34,7 @@ export function overlayOptions(dirs: OverlayDirs): string {
 export async function mountOverlay(dirs: OverlayDirs): Promise<void> {
   const options = overlayOptions(dirs);
   try {
-    await execFileAsync('mount', ['-t', 'overlay', 'overlay', '-o', options, dirs.target]);
+    await runOk('mount', ['-t', 'overlay', 'overlay', '-o', options, dirs.target]);
   } catch (error) {
     throw new Error(`mount overlay on ${dirs.target}: ${commandMessage(error)}`);
   }
@@ -72,7 +70,7 @@ export async function unmountAll(target: string, options: { attempts?: number; d
     let lastError: unknown;
     for (const point of points) {
       try {
-        await execFileAsync('umount', attempt < attempts ? [point] : ['-l', point]);
+        await runOk('umount', attempt < attempts ? [point] : ['-l', point]);
       } catch (error) {
         lastError = error;
       }
@@ -84,6 +82,14 @@ export async function unmountAll(target: string, options: { attempts?: number; d
       throw new Error(`umount ${left.join(', ')}: ${commandMessage(lastError)}`);
     }
     await new Promise((resolve) => setTimeout(resolve, delayMs * attempt));
+  }
+}
+
+/** Run mount(8) or umount(8) through the launcher; a non-zero exit throws with its stderr. */
+async function runOk(command: 'mount' | 'umount', args: readonly string[]): Promise<void> {
+  const result = await launcher().run(command, args);
+  if (result.code !== 0) {
+    throw Object.assign(new Error(`${command} exited ${result.code ?? result.signal}`), { stderr: result.stderr });
   }
 }
 

@@ -1,15 +1,16 @@
 /**
- * Finding the OCI runtime and running it. Every runtime call goes through
- * `runRuntime`, which captures output through pipes: that is only safe for
- * commands that exit on their own and leave nothing running that inherited
- * the pipes (state, kill, delete, update). `runc run` starts a long-lived
- * container init, which would inherit a pipe and keep the reader waiting for
- * ever, so `startDetached` hands it a log file instead.
+ * Finding the OCI runtime and running it. Every runtime call is started by
+ * the launcher (launcher.ts: a small shell, so the agent is never forked),
+ * with its output in files rather than pipes: `runc run --detach` leaves a
+ * long-lived container init behind that inherits the runtime's stdio, and a
+ * pipe held by it would keep a reader waiting for as long as it runs. So
+ * `runRuntime` is for commands whose (short) output is read back, and
+ * `startDetached` appends everything to a log file.
  */
-import { spawn } from 'node:child_process';
-import { accessSync, constants, openSync, closeSync, readFileSync } from 'node:fs';
+import { accessSync, constants, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { DsecError } from '../../core/plugin-api.js';
+import { launcher } from './launcher.js';
 
 export type RuntimeName = 'runc' | 'crun';
 
@@ -44,23 +45,9 @@ export function findRuntime(name: RuntimeName, explicitPath?: string): Runtime {
 }
 
 /** Run the runtime to completion, capturing its (short) output. Never throws for a non-zero exit. */
-export function runRuntime(runtime: Runtime, args: readonly string[]): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(runtime.path, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
-    child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
-    child.on('error', reject);
-    child.on('close', (code, signal) =>
-      resolve({
-        code,
-        signal,
-        stdout: Buffer.concat(out).toString('utf8'),
-        stderr: Buffer.concat(err).toString('utf8'),
-      }),
-    );
-  });
+export async function runRuntime(runtime: Runtime, args: readonly string[]): Promise<RunResult> {
+  const { code, signal, stdout, stderr } = await launcher().run(runtime.path, args);
+  return { code, signal, stdout, stderr };
 }
 
 /** Like runRuntime, but a non-zero exit becomes an Error carrying the runtime's own words. */
@@ -77,18 +64,9 @@ export async function runRuntimeOk(runtime: Runtime, args: readonly string[]): P
  * `logFile`, never to a pipe. Rejects with the tail of the log on failure.
  */
 export async function startDetached(runtime: Runtime, args: readonly string[], logFile: string): Promise<void> {
-  const fd = openSync(logFile, 'a', 0o600);
-  try {
-    const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(runtime.path, args, { stdio: ['ignore', fd, fd] });
-      child.on('error', reject);
-      child.on('exit', (exitCode) => resolve(exitCode));
-    });
-    if (code !== 0) {
-      throw new Error(`${runtime.name} ${args[0]} exited ${code}: ${cleanRuntimeMessage(tail(logFile))}`);
-    }
-  } finally {
-    closeSync(fd);
+  const { code, signal } = await launcher().run(runtime.path, args, { logFile });
+  if (code !== 0) {
+    throw new Error(`${runtime.name} ${args[0]} exited ${code ?? signal}: ${cleanRuntimeMessage(tail(logFile))}`);
   }
 }
 
