@@ -60,6 +60,8 @@ export interface MountStats {
   readonly data?: string;
   /** A split image's metadata image, copied to this node. */
   readonly metadata?: string;
+  /** The loop device of the metadata image (its read-ahead is the filesystem's). */
+  readonly metadataDevice?: string;
   /** Bytes read through the device since it was mounted (/sys/block/loopN/stat sectors read x 512). */
   readonly bytesRead?: number;
   /** Sandboxes on this node using it. */

@@ -132,8 +132,10 @@ export class StoreMounts {
       for (const digest of await format.attachedDigests()) {
         const attached = await format.attached(digest);
         if (!attached) continue;
-        const bytesRead = attached.device ? await loopBytesRead(attached.device) : undefined;
-        mounts.push({ digest, ...attached, ...(bytesRead !== undefined ? { bytesRead } : {}), users: users.get(digest) ?? 0 });
+        const { readBase = 0, ...mounted } = attached;
+        const counter = attached.device ? await loopBytesRead(attached.device) : undefined;
+        const bytesRead = counter === undefined ? undefined : counter - readBase;
+        mounts.push({ digest, ...mounted, ...(bytesRead !== undefined ? { bytesRead } : {}), users: users.get(digest) ?? 0 });
       }
     }
     const cache = await this.chosen.primary.cacheStats?.();

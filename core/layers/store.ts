@@ -23,7 +23,7 @@
  */
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
-import { DsecError } from '../errors.js';
+import { DsecError, isDsecError } from '../errors.js';
 import type { Logger } from '../hooks.js';
 import type { LayerFormat, LayerRecord, LayerRef, StorageStats } from '../live.js';
 import type { LayerModel } from '../model.js';
@@ -167,7 +167,7 @@ export class LayerStore {
 
   /** Folders whose files this store attaches to loop devices. */
   loopPrefixes(): string[] {
-    return [join(this.dir, 'layers'), ...(this.options.cache ? [this.options.cache.dir] : [])];
+    return [join(this.dir, 'layers'), join(this.localDir, 'meta'), ...(this.options.cache ? [this.options.cache.dir] : [])];
   }
 
   /** The mount side (resolve, release, stats); ready once `formats()` resolved. */
@@ -237,15 +237,20 @@ export class LayerStore {
   async commit(layer: LayerModel, tree: TreeDigest, staged: string): Promise<LayerRecord> {
     const ref = `${layer.name}@${layer.version}`;
     const { primary } = await this.formats();
+    const prepare = () =>
+      primary.prepare(staged, tree.digest).catch((error: unknown) => {
+        if (isDsecError(error)) throw error;
+        throw new DsecError('DSEC_LAYER_SOURCE', { ref, message: `storing it failed: ${(error as Error).message}` }, { cause: error });
+      });
     // Built outside the lock: mkfs.erofs can take a while.
-    const prepared = (await this.holder(tree.digest)) ? undefined : await primary.prepare(staged, tree.digest);
+    const prepared = (await this.holder(tree.digest)) ? undefined : await prepare();
     try {
       return await this.locked(async () => {
         const existing = await this.readRef(layer.name, layer.version);
         if (existing && existing.digest !== tree.digest) {
           throw new DsecError('DSEC_LAYER_IMMUTABLE', { ref, existing: existing.digest, digest: tree.digest });
         }
-        const { format, created } = await this.installContent(tree.digest, async () => prepared ?? (await primary.prepare(staged, tree.digest)));
+        const { format, created } = await this.installContent(tree.digest, async () => prepared ?? (await prepare()));
         if (existing) return existing;
         const record: LayerRecord = {
           name: layer.name,

@@ -12,7 +12,7 @@ import { DsecError, isDsecError } from '../../errors.js';
 import type { LayerFormat } from '../../live.js';
 import { digestHex } from '../digest.js';
 import { isErrno, writeFileAtomic } from '../fsutil.js';
-import { attachLoop, detachLoop, isMountPoint, mountErofs, mountsUnder, settleLoop, loopsBackedBy, unmount } from '../mounts.js';
+import { attachLoop, detachLoop, isMountPoint, mountErofs, mountsUnder, settleLoop, loopBytesRead, unmount } from '../mounts.js';
 import type { AttachedImage, FormatDirs, ImageFormat, NewStaging, PreparedImage, StoredImage } from './types.js';
 
 /** What a format opened for a mount: the file behind the loop device, and what to mount. */
@@ -23,7 +23,7 @@ export interface OpenedImage {
   readonly source: 'store' | 'cache';
   /** For a split image: the metadata image to mount, with the loop device as its blob device. */
   readonly metadata?: string;
-  /** Loop device read-ahead in 512-byte sectors. @default the kernel's */
+  /** Read-ahead of the loop devices in 512-byte sectors (for a split image, the metadata device's sets the request size). @default the kernel's */
   readonly readAheadSectors?: number;
 }
 
@@ -72,26 +72,37 @@ export abstract class MountedFormat implements ImageFormat {
     const path = this.mountPoint(digest);
     await fs.mkdir(path, { recursive: true });
     const opened = await this.open(digest, ref);
+    const readAhead = { readAheadSectors: opened.readAheadSectors };
     let device: string | undefined;
+    let metadataDevice: string | undefined;
+    let readBase = 0;
     try {
-      device = await attachLoop(opened.data, { readAheadSectors: opened.readAheadSectors });
-      if (opened.metadata) await mountErofs(opened.metadata, path, { device });
-      else await mountErofs(device, path);
+      device = await attachLoop(opened.data, readAhead);
+      // Loop devices keep their counters across users: count from here.
+      readBase = (await loopBytesRead(device)) ?? 0;
+      if (opened.metadata) {
+        // The filesystem's read-ahead window is its main device's: the
+        // metadata image's. It decides how large the requests to the blob are.
+        metadataDevice = await attachLoop(opened.metadata, readAhead);
+        await mountErofs(metadataDevice, path, { device });
+      } else await mountErofs(device, path);
     } catch (error) {
-      if (device) await detachLoop(device).catch(() => undefined);
+      for (const loop of [device, metadataDevice]) if (loop) await detachLoop(loop).catch(() => undefined);
       await fs.rmdir(path).catch(() => undefined);
       if (isDsecError(error)) throw error;
       throw new DsecError('DSEC_LAYER_MOUNT', { ref, path, message: (error as Error).message }, { cause: error });
     }
-    // Busy now: the kernel only marks it auto-clear, and frees it with the mount.
+    // Busy now: the kernel only marks them auto-clear, and frees them with the mount.
     await detachLoop(device);
+    if (metadataDevice) await detachLoop(metadataDevice);
     const attached: AttachedImage = {
       path,
       device,
+      readBase,
       source: opened.source,
       dataBytes: opened.dataBytes,
       data: opened.data,
-      ...(opened.metadata ? { metadata: opened.metadata } : {}),
+      ...(opened.metadata ? { metadata: opened.metadata, metadataDevice } : {}),
     };
     await writeFileAtomic(this.statePath(digest), JSON.stringify(attached) + '\n');
     this.mounted(digest, opened);
@@ -103,10 +114,7 @@ export abstract class MountedFormat implements ImageFormat {
     const attached = await this.attached(digest);
     await unmount(path);
     if (attached?.device && attached.data) await settleLoop(attached.device, attached.data);
-    // mount(8) put a split image's metadata on a loop device of its own (auto-clear).
-    if (attached?.metadata) {
-      for (const loop of await loopsBackedBy([attached.metadata])) await settleLoop(loop.device, attached.metadata);
-    }
+    if (attached?.metadataDevice && attached.metadata) await settleLoop(attached.metadataDevice, attached.metadata);
     await fs.rm(this.statePath(digest), { force: true });
     await fs.rmdir(path).catch((error: unknown) => {
       if (!isErrno(error, 'ENOENT')) throw error;

@@ -9,8 +9,8 @@
  *
  * A node copies the metadata image to its own disk (`<local>/meta/`),
  * checking its sha256, so every lookup, stat and readdir is local. The blob
- * is attached read-only to a loop device with a generous read-ahead and
- * given to the mount as its data device: file data is read on demand, in
+ * is attached read-only to a loop device and given to the mount as its data
+ * device, the metadata image to another, both with a generous read-ahead: file data is read on demand, in
  * large requests, straight from the shared store. Before a mount the blob's
  * size is checked against the record; its bytes are not hashed then, since
  * that would read all of it and defeat on-demand loading (a cache copy is
@@ -29,7 +29,13 @@ import { MountedFormat, type OpenedImage } from './mounted.js';
 import type { CacheStats } from '../../live.js';
 import type { FormatDirs, NewStaging, PreparedImage, StoredImage } from './types.js';
 
-/** Read-ahead of the blob's loop device: 4 MiB, so on-demand reads reach the store in large requests. */
+/**
+ * Read-ahead of the loop devices: 4 MiB. The metadata device's is the
+ * filesystem's read-ahead window, so on-demand reads of file data reach the
+ * blob (and 3FS) in requests of up to this size; measured here, reading a
+ * 4 MiB file in 4 KiB reads gave 9 blob requests of 680 KiB on average with
+ * it, 513 requests of 8 KiB with 8 KiB.
+ */
 export const BLOB_READ_AHEAD_SECTORS = 8192;
 
 export class SplitErofsFormat extends MountedFormat {

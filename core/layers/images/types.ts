@@ -37,6 +37,10 @@ export interface AttachedImage {
   readonly data?: string;
   /** A split image's metadata image (node-local), which the mount reads. */
   readonly metadata?: string;
+  /** The loop device of the metadata image. */
+  readonly metadataDevice?: string;
+  /** The device's bytes-read counter when it was attached (loop devices keep counting across users). */
+  readonly readBase?: number;
 }
 
 export interface ImageFormat {

@@ -102,7 +102,8 @@ describe('the EROFS format', () => {
     process.env.PATH = `${fakeBin}:${path}`;
     try {
       const error = await rejectionOf(ws.publishDir('cut@1.0.0', { 'big.bin': 'z'.repeat(300_000) }));
-      expect(error.message).toMatch(/truncated/);
+      expect(error.code).toBe('DSEC_LAYER_SOURCE');
+      expect(error.message).toMatch(/^layer cut@1\.0\.0: storing it failed: .* is truncated: /);
     } finally {
       process.env.PATH = path;
     }
