@@ -24,6 +24,7 @@ export const ERRORS = Object.freeze({
   /** Warnings: the config loads, but something in it is probably not what was meant. */
   DSEC_CONFIG_UNUSED_LAYER: 'layer {name} is declared but no environment uses it',
   DSEC_CONFIG_EMPTY_FLEET: 'fleet {name} has 0 replicas',
+  DSEC_CONFIG_LAYER_CLASH: 'environment {name}: layers {lower} and {upper} both hold {count} path(s); {upper} wins by stack order',
   // plugins -----------------------------------------------------------------
   DSEC_PLUGIN_LOAD: 'could not load plugin {name}: {message}',
   DSEC_PLUGIN_INVALID: 'plugin {name} is not a dsec plugin: {message}',
@@ -49,6 +50,8 @@ export const ERRORS = Object.freeze({
   DSEC_LAYER_CONTENT_MISMATCH: 'layer {ref}: {what} {path} does not match what was published (expected {expected}, found {actual}); it was changed or damaged in the store: unpublish and publish the layer again',
   DSEC_LAYER_MOUNT: 'layer {ref}: mounting {path} failed: {message}',
   DSEC_LAYER_SQUASH: 'cannot squash {layers}: {message}',
+  DSEC_LAYER_NOT_PUBLISHED: 'layer {ref} is declared as published but is not in the store; make it first (dsec sandbox snapshot ID --as {ref}) or declare its source',
+  DSEC_LAYER_BUILD: 'layer {ref}: build step {step} failed ({status}): {command}{stderr}',
   // agent and sandboxes ------------------------------------------------------
   DSEC_AGENT_UNREACHABLE: 'the node agent at {address} is not reachable: {message}',
   DSEC_AGENT_START: 'the node agent did not start: {message}',

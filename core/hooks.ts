@@ -93,6 +93,29 @@ export interface PublishRequest {
   readonly node: NodeContext;
 }
 
+/** What the agent asks of a backend's `snapshot` tap. */
+export interface SnapshotRequest {
+  /**
+   * An empty directory on the node for the tap to fill with a copy of the
+   * sandbox's writable layer. The caller publishes it and then removes it.
+   */
+  readonly into: string;
+  /** Absolute paths inside the sandbox to leave out of the copy (secrets, build residue), with everything under them. */
+  readonly exclude: readonly string[];
+}
+
+/** A sandbox's writable layer, copied. */
+export interface SnapshotResult {
+  /**
+   * The directory holding the copy (`request.into`), in overlayfs-native
+   * form: deletions as whiteouts (char 0:0), replaced directories marked
+   * opaque (`trusted.overlay.opaque=y`), `exclude` paths gone.
+   */
+  readonly dir: string;
+  /** Paths (relative to the root) dropped because a layer cannot hold them: sockets, FIFOs, device nodes. */
+  readonly skipped: readonly string[];
+}
+
 export function createHooks() {
   return Object.freeze({
     // ------------------------------------------------------------ engine
@@ -151,6 +174,18 @@ export function createHooks() {
     pause: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
     /** Thaw a paused sandbox, keyed by backend kind. */
     resume: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
+    /**
+     * Copy a running or paused sandbox's writable layer, keyed by backend
+     * kind, when `dsec sandbox snapshot` or a layer build asks for a new
+     * layer. The tap freezes the sandbox while it copies (a consistent copy),
+     * drops `request.exclude`, and leaves the sandbox as it found it. The
+     * agent publishes the copy through the storage hooks. No tap: the backend
+     * cannot snapshot (DSEC_BACKEND_UNSUPPORTED).
+     */
+    snapshot: new HookMap(
+      (_backend: string) =>
+        new AsyncSeriesBailHook<[SandboxContext, SnapshotRequest], SnapshotResult | undefined>(['sandbox', 'request']),
+    ),
     /**
      * Stop and remove a sandbox. Every plugin that left something behind taps
      * it: backends at STAGE.BACKEND stop processes, storage at STAGE.CLEANUP

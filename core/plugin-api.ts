@@ -12,6 +12,8 @@ export {
   type SandboxContext,
   type BackendProbe,
   type PublishRequest,
+  type SnapshotRequest,
+  type SnapshotResult,
 } from './hooks.js';
 export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './errors.js';
 export * from './live.js';

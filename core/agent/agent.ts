@@ -9,6 +9,7 @@
  */
 import os from 'node:os';
 import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import type { NodeContext } from '../hooks.js';
@@ -16,7 +17,10 @@ import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxI
 import type { LayerModel, Resources } from '../model.js';
 import { DSEC_VERSION } from '../version.js';
 import { trackBailer } from './bail-tracker.js';
+import { isAgentMadeLayer, LABEL_BUILD, LayerBuilder } from './build.js';
 import { removeTree } from './files.js';
+import { checkGcRequest, collectLayers, listLayer, type GcResult, type LayerListing } from './layer-admin.js';
+import { checkSnapshotInput, snapshotToLayer } from './snapshot.js';
 import { SandboxStore, toInfo, type SandboxEntry } from './store.js';
 import { checkExecRequest, checkResources, checkSandboxId, checkSpec } from './validate.js';
 
@@ -34,6 +38,8 @@ export class NodeAgent {
   readonly node: NodeContext;
   private readonly store: SandboxStore;
   private readonly refusedBy: WeakMap<object, string>;
+  /** Makes `build` and `published` layers, which take a sandbox (or nothing) rather than a storage plugin. */
+  private readonly builder: LayerBuilder;
 
   constructor(options: NodeAgentOptions) {
     this.dsec = options.dsec;
@@ -41,6 +47,7 @@ export class NodeAgent {
     this.node = Object.freeze({ name: options.name ?? os.hostname(), root: options.root, log: options.dsec.log });
     this.store = new SandboxStore(options.root, this.node);
     this.refusedBy = trackBailer(this.dsec.hooks.admit);
+    this.builder = new LayerBuilder(this);
   }
 
   private get log() {
@@ -78,6 +85,13 @@ export class NodeAgent {
       if (entry.ctx.status === 'failed') continue;
       await this.probe(entry, { force: true });
       (entry.ctx.status === 'stopped' ? stopped : adopted).push(id);
+    }
+    // A layer build never outlives its agent: its sandbox goes, and the next apply builds again.
+    for (const entry of this.store.all().filter((candidate) => candidate.ctx.spec.labels[LABEL_BUILD] !== undefined)) {
+      await this.teardown(entry).then(
+        () => cleaned.push(entry.ctx.spec.id),
+        (error: Error) => this.log.warn(`sandbox ${entry.ctx.spec.id}: removing an interrupted layer build failed: ${error.message}`),
+      );
     }
     // The storage plugin opens its store now: its format (or why it fell back to trees) is in the log from the start.
     await this.dsec.hooks.storageStats
@@ -272,12 +286,14 @@ export class NodeAgent {
   // ----------------------------------------------------------------- layers
 
   async digestLayer(layer: LayerModel): Promise<string> {
+    if (isAgentMadeLayer(layer)) return this.builder.digest(layer);
     const digest = await this.dsec.hooks.digestLayer.promise({ layer, node: this.node });
     if (digest === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'digestLayer' });
     return digest;
   }
 
   async publishLayer(layer: LayerModel): Promise<LayerRecord> {
+    if (isAgentMadeLayer(layer)) return this.builder.publish(layer);
     const record = await this.dsec.hooks.publishLayer.promise({ layer, node: this.node });
     if (record === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'publishLayer' });
     this.log.info(`layer ${record.name}@${record.version} published (${record.digest})`);
@@ -312,6 +328,36 @@ export class NodeAgent {
     if (record === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'squashLayers' });
     this.log.info(`layers ${layers.map((layer) => `${layer.name}@${layer.version}`).join(' + ')} squashed into ${record.digest}`);
     return record;
+  }
+
+  /** Publish a sandbox's writable layer as `name@version` (`{as, kind?, exclude?}`); see snapshot.ts. */
+  async snapshotSandbox(idInput: unknown, input: unknown): Promise<LayerRecord> {
+    const id = checkSandboxId(idInput);
+    const request = checkSnapshotInput(input);
+    return this.store.withLock(id, async () => {
+      const entry = this.store.get(id);
+      if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+      await this.probe(entry, { force: true });
+      if (entry.ctx.status !== 'running' && entry.ctx.status !== 'paused') {
+        throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
+      }
+      const tempRoot = path.join(this.root, 'snapshots');
+      return snapshotToLayer(entry.ctx, request, { hooks: this.dsec.hooks, tempRoot, publish: (layer) => this.publishLayer(layer), log: this.log });
+    });
+  }
+
+  /** Unpublish the layers no sandbox and no config layer (`keep`) uses; see layer-admin.ts. */
+  async gcLayers(input: unknown): Promise<GcResult> {
+    return collectLayers(checkGcRequest(input), {
+      listLayers: () => this.listLayers(),
+      sandboxes: () => this.store.all().map((entry) => entry.ctx.spec),
+      unpublish: (name, version) => this.unpublishLayer(name, version),
+    });
+  }
+
+  /** Every entry of a published layer. */
+  async layerListing(name: string, version: string): Promise<LayerListing> {
+    return listLayer(name, version, { hooks: this.dsec.hooks, node: this.node, listLayers: () => this.listLayers() });
   }
 
   /** The storage plugin's format and mounts, with read counters. */

@@ -6,8 +6,19 @@
 import http from 'node:http';
 import { DsecError, ERRORS, type ErrorCode } from '../errors.js';
 import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxInfo, SandboxSpec, SquashRecord, StorageStats } from '../live.js';
-import type { LayerModel, Resources } from '../model.js';
+import type { LayerKind, LayerModel, Resources } from '../model.js';
+import type { GcResult, LayerListing } from './layer-admin.js';
 import { socketAddress } from './layout.js';
+
+/** What `POST /v1/sandboxes/:id/snapshot` takes. */
+export interface SnapshotRequestBody {
+  /** `name@version` of the new layer. */
+  readonly as: string;
+  /** @default "workspace" */
+  readonly kind?: LayerKind;
+  /** Absolute paths inside the sandbox left out of the layer (secrets, build residue). */
+  readonly exclude?: readonly string[];
+}
 
 export interface AgentClientOptions {
   /** Per-request timeout in ms (0: none). exec adds its own timeout to it. @default 0 */
@@ -51,6 +62,16 @@ export class AgentClient {
     return this.request('GET', '/v1/storage');
   }
 
+  /** Unpublish every layer no sandbox uses and `keep` (the config's `name@version`s) does not name; `dryRun` only says which. */
+  gcLayers(request: { keep: readonly string[]; dryRun?: boolean }): Promise<GcResult> {
+    return this.request('POST', '/v1/layers/gc', request);
+  }
+
+  /** Every entry of a published layer (paths, types, modes, sizes). */
+  layerListing(name: string, version: string): Promise<LayerListing> {
+    return this.request('GET', `/v1/layers/${encodeURIComponent(name)}/${encodeURIComponent(version)}/listing`);
+  }
+
   async unpublishLayer(name: string, version: string): Promise<void> {
     await this.request('DELETE', `/v1/layers/${encodeURIComponent(name)}/${encodeURIComponent(version)}`);
   }
@@ -76,6 +97,11 @@ export class AgentClient {
 
   destroySandbox(id: string): Promise<{ id: string; existed: boolean }> {
     return this.request('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
+  /** Publish a sandbox's writable layer as `as` (name@version), without the `exclude` paths. */
+  snapshotSandbox(id: string, request: SnapshotRequestBody): Promise<LayerRecord> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/snapshot`, request);
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecResult> {

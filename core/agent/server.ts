@@ -30,6 +30,8 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_ADMISSION_REFUSED: 409,
   DSEC_LAYER_IN_USE: 409,
   DSEC_LAYER_IMMUTABLE: 409,
+  DSEC_LAYER_NOT_PUBLISHED: 404,
+  DSEC_LAYER_BUILD: 422,
   DSEC_LAYER_CHANGED: 409,
   DSEC_SANDBOX_NOT_RUNNING: 409,
   DSEC_BACKEND_UNSUPPORTED: 501,
@@ -120,6 +122,8 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void): Route[] {
     route('POST', '/v1/layers', async ({ body }) => agent.publishLayer(layerOf(body))),
     route('POST', '/v1/layers/squash', async ({ body }) => agent.squashLayers(body.layers)),
     route('GET', '/v1/storage', async () => agent.storageStats()),
+    route('POST', '/v1/layers/gc', async ({ body }) => agent.gcLayers(body)),
+    route('GET', '/v1/layers/:name/:version/listing', async ({ params }) => agent.layerListing(params.name, params.version)),
     route('DELETE', '/v1/layers/:name/:version', async ({ params }) => {
       await agent.unpublishLayer(params.name, params.version);
       return { ok: true };
@@ -130,6 +134,7 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void): Route[] {
     route('PATCH', '/v1/sandboxes/:id', async ({ params, body }) => agent.updateSandbox(params.id, body.resources)),
     route('DELETE', '/v1/sandboxes/:id', async ({ params }) => agent.destroySandbox(params.id)),
     route('POST', '/v1/sandboxes/:id/exec', async ({ params, body }) => agent.exec(params.id, body)),
+    route('POST', '/v1/sandboxes/:id/snapshot', async ({ params, body }) => agent.snapshotSandbox(params.id, body)),
     route('POST', '/v1/shutdown', async () => {
       setImmediate(onShutdown);
       return { ok: true };

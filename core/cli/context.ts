@@ -8,13 +8,14 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { findConfigFile, loadConfig } from '../config/index.js';
 import { Dsec } from '../dsec.js';
-import { DsecError, type Diagnostic } from '../errors.js';
+import { DsecError, type Diagnostic, type SourceLocation } from '../errors.js';
 import type { Logger } from '../hooks.js';
 import type { ConfigModel } from '../model.js';
 import { loadPlugins } from '../plugins.js';
 import type { Provider } from '../provider.js';
 import { LocalStateStore } from '../state/index.js';
-import { createLocalProvider } from '../../providers/local/index.js';
+import type { AgentClient } from '../agent/client.js';
+import { createLocalProvider, type LocalProvider } from '../../providers/local/index.js';
 
 export interface GlobalOptions {
   /** `-C DIR`: run as if started in DIR. */
@@ -29,13 +30,15 @@ export interface LoadedProject {
   readonly config: ConfigModel;
   readonly warnings: readonly Diagnostic[];
   readonly dsec: Dsec;
+  /** Where a document path is in the config file. */
+  readonly locate: (path: string) => SourceLocation;
 }
 
 export class CliContext {
   readonly cwd: string;
   readonly log: Logger;
   private project?: Promise<LoadedProject>;
-  private provider?: Provider;
+  private provider?: LocalProvider;
 
   constructor(readonly options: GlobalOptions) {
     this.cwd = path.resolve(options.chdir ?? process.cwd());
@@ -64,8 +67,8 @@ export class CliContext {
       const first = await loadConfig(file);
       const dsec = new Dsec({ log: this.log });
       dsec.use(...(await loadPlugins(first.model.plugins, first.model.dir)));
-      const { model, warnings } = await loadConfig(file, { dsec });
-      return { config: model, warnings, dsec };
+      const { model, warnings, locate } = await loadConfig(file, { dsec });
+      return { config: model, warnings, dsec, locate };
     })();
     return this.project;
   }
@@ -93,6 +96,17 @@ export class CliContext {
       autoStart: options.autoStart ?? true,
     });
     return this.provider;
+  }
+
+  /**
+   * The project's node agent client, for what the Provider interface has no
+   * word for (snapshots, layer listings, gc, squash). Starts the agent unless
+   * `autoStart: false`, then an agent that is not running is DSEC_AGENT_UNREACHABLE.
+   */
+  async agent(options: { autoStart?: boolean } = {}): Promise<AgentClient> {
+    const provider = (await this.connect(options)) as LocalProvider;
+    await provider.ensureAgent();
+    return provider.client;
   }
 
   async close(): Promise<void> {

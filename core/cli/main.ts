@@ -6,6 +6,7 @@ import { Command } from 'commander';
 import { registerAgentCommands } from './commands/agent.js';
 import { registerApply } from './commands/apply.js';
 import { registerConfigCommands } from './commands/config.js';
+import { registerLayerCommands } from './commands/layers.js';
 import { registerPlan } from './commands/plan.js';
 import { registerSandboxCommands } from './commands/sandbox.js';
 import { registerStateCommands } from './commands/state.js';
@@ -43,6 +44,8 @@ Examples:
   $ dsec apply --auto-approve      # make it so
   $ dsec sandbox ls                # what runs
   $ dsec sandbox exec ID -- uname -a
+  $ dsec sandbox snapshot ID --as solved@1.0.0 --exclude /root/.token
+  $ dsec layers ls
   $ dsec plan --out tf.plan && dsec apply tf.plan
   $ dsec destroy --auto-approve`,
     );
@@ -51,6 +54,7 @@ Examples:
   registerApply(program);
   registerStateCommands(program);
   registerSandboxCommands(program);
+  registerLayerCommands(program);
   registerAgentCommands(program);
   return program;
 }

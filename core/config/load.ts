@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Dsec } from '../dsec.js';
-import { DsecError, type Diagnostic } from '../errors.js';
+import { DsecError, type Diagnostic, type SourceLocation } from '../errors.js';
 import type { ConfigModel } from '../model.js';
 import { buildModel } from './build-model.js';
 import type { DsecDocument } from './document.generated.js';
@@ -27,6 +27,8 @@ export interface LoadedConfig {
   readonly model: ConfigModel;
   /** Problems that do not stop the load (an unused layer, an empty fleet). */
   readonly warnings: Diagnostic[];
+  /** Where a document path (`/environments/shell/layers/1`) is in the source, for diagnostics made later. */
+  readonly locate: (path: string) => SourceLocation;
 }
 
 /** Raw document + how to locate a path in its source, whatever the file type. */
@@ -68,7 +70,7 @@ export async function loadConfig(file: string, options: LoadOptions = {}): Promi
     throwIfErrors(located);
     warnings.push(...located);
   }
-  return { model, warnings: sortDiagnostics(warnings) };
+  return { model, warnings: sortDiagnostics(warnings), locate: (at) => source.locate(at, 'value') };
 }
 
 async function readSource(file: string): Promise<SourceDocument> {

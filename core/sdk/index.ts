@@ -6,12 +6,13 @@
  *   const dsec = await connect({ dir: '/path/to/project' });
  *   const box = await dsec.create({ backend: 'container', layers: [base] });
  *   const { stdout } = await dsec.exec(box.id, 'python -V');
+ *   await dsec.snapshot(box.id, { as: 'solved@1.0.0', exclude: ['/root/.token'] });
  *   await dsec.destroy(box.id);
  *   await dsec.close();
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { AgentClient } from '../agent/client.js';
+import { AgentClient, type SnapshotRequestBody } from '../agent/client.js';
 import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxInfo, SandboxSpec } from '../live.js';
 import type { LayerModel, PluginRef, Resources } from '../model.js';
 import { createLocalProvider } from '../../providers/local/index.js';
@@ -47,6 +48,9 @@ export interface CreateSandboxInput {
   /** @default "best-effort" */
   readonly qos?: SandboxSpec['qos'];
 }
+
+/** What `snapshot` takes: `{ as: 'name@version', kind?: 'workspace', exclude?: ['/root/.token'] }`. */
+export type SnapshotOptions = SnapshotRequestBody;
 
 export const DEFAULT_SANDBOX_RESOURCES: Resources = Object.freeze({ cpu: 1, memoryMiB: 256, pids: 256 });
 
@@ -120,6 +124,17 @@ export class DsecClient {
   async destroy(id: string): Promise<void> {
     await this.ready();
     await this.client.destroySandbox(id);
+  }
+
+  /**
+   * Turn a sandbox's writable layer into a published layer `as` (name@version,
+   * immutable like every layer), usable at once by an environment that
+   * declares it `published: {}`. `exclude`: absolute paths inside the sandbox
+   * (secrets, build residue) that must not be in the layer.
+   */
+  async snapshot(id: string, options: SnapshotOptions): Promise<LayerRecord> {
+    await this.ready();
+    return this.client.snapshotSandbox(id, options);
   }
 
   async layers(): Promise<LayerRecord[]> {

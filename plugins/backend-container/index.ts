@@ -8,6 +8,7 @@
  *   exec       runc exec, output capped, killed on timeout
  *   update     runc update (memory, swap, pids, cpu)
  *   probe      the init's pid + start time (runc state when unknown)
+ *   snapshot   runc pause, copy the upper dir, runc resume (snapshot.ts)
  *   destroy    kill the init, runc delete, unmount, sweep cgroups (idempotent)
  *
  * It imports only the public plugin API, like any third-party backend.
@@ -32,6 +33,7 @@ import { killInit, processStartTime, quickProbe } from './liveness.js';
 import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
 import { mountOverlay, unmountAll } from './rootfs.js';
 import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
+import { snapshotContainer } from './snapshot.js';
 import { resolveUser } from './users.js';
 
 export const PLUGIN_NAME = 'backend-container';
@@ -104,6 +106,11 @@ export default function backendContainer(options: BackendContainerOptions = {}):
         failAs('update', sandbox, () => update(getRuntime(), sandbox, resources)),
       );
       dsec.hooks.probe.for(BACKEND_KIND).tapPromise(tap, (sandbox) => failAs('probe', sandbox, () => probe(getRuntime(), sandbox)));
+      dsec.hooks.snapshot.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
+        failAs('snapshot', sandbox, () =>
+          snapshotContainer(getRuntime(), { containerId: containerIdOf(sandbox), upperDir: sandboxPaths(sandbox.dir).upper }, request),
+        ),
+      );
       dsec.hooks.destroy.tapPromise(tap, async (sandbox) => {
         if (sandbox.spec.backend !== BACKEND_KIND) return;
         await failAs('destroy', sandbox, () => destroy(getRuntime(), sandbox));

@@ -5,24 +5,31 @@
 import type { Command } from 'commander';
 import { action } from '../command.js';
 import { colors, printJson } from '../output.js';
+import { clashWarnings } from '../clash-warnings.js';
 import { formatDiagnostics, synthConfig } from '../../config/index.js';
+import { sortDiagnostics } from '../../config/problems.js';
 import { buildGraph, graphToDot } from '../../engine/graph.js';
 
 export function registerConfigCommands(program: Command): void {
   program
     .command('validate')
-    .description('Check the config: schema, references, names, layer order. Exit 1 with every problem located.')
-    .option('--json', 'print {valid, warnings} as JSON')
+    .description(
+      'Check the config: schema, references, names, layer order; and, when the project\'s agent runs, paths two published layers of an environment both hold. Exit 1 with every problem located.',
+    )
+    .option('--json', 'print {valid, warnings, notes} as JSON')
     .action(
       action<{ json?: boolean; color: boolean }, []>(async (ctx, flags) => {
-        const { config, warnings } = await ctx.load();
+        const { config, warnings: loaded, locate } = await ctx.load();
         buildGraph(config); // cycles and dangling references are errors too
+        const clashes = await clashWarnings(config, () => ctx.agent({ autoStart: false }), locate);
+        const warnings = sortDiagnostics([...loaded, ...clashes.warnings]);
         if (flags.json) {
-          printJson({ valid: true, file: config.file, warnings });
+          printJson({ valid: true, file: config.file, warnings, notes: clashes.notes });
           return 0;
         }
         const c = colors(flags.color);
         if (warnings.length > 0) process.stderr.write(`${formatDiagnostics(warnings, { color: flags.color })}\n`);
+        for (const note of clashes.notes) process.stderr.write(`${c.dim(`note: ${note}`)}\n`);
         process.stdout.write(`${c.green(c.bold('Success!'))} The configuration is valid.\n`);
         return 0;
       }),

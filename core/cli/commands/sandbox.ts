@@ -1,11 +1,13 @@
 /**
- * `dsec sandbox ls|exec`: look at the sandboxes on the agent and run commands
- * in them. exec's exit code is the command's, so scripts can use it directly.
+ * `dsec sandbox ls|exec|snapshot`: look at the sandboxes on the agent, run
+ * commands in them, and turn one's writable layer into a published layer.
+ * exec's exit code is the command's, so scripts can use it directly.
  */
 import type { Command } from 'commander';
-import { action, parsePositiveInt } from '../command.js';
+import { action, collect, parsePositiveInt } from '../command.js';
 import { colors, printJson } from '../output.js';
 import { LABEL_FLEET, type SandboxInfo } from '../../live.js';
+import type { LayerKind } from '../../model.js';
 
 function table(rows: string[][]): string {
   const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => row[i].length)));
@@ -96,6 +98,34 @@ export function registerSandboxCommands(program: Command): void {
           return result.exitCode ?? (result.timedOut ? 124 : 137);
         },
       ),
+    );
+
+  sandbox
+    .command('snapshot')
+    .argument('<id>', 'the sandbox id (see dsec sandbox ls)')
+    .description(
+      'Publish the sandbox\'s writable layer (what it wrote and deleted) as a new layer, frozen while it is copied; ' +
+        'an environment uses it at once with source: { published: {} }.',
+    )
+    .requiredOption('--as <name@version>', 'the new layer\'s name and version (immutable once published)')
+    .option('--kind <kind>', 'base, workspace or toolkit', 'workspace')
+    .option('--exclude <path>', 'an absolute path inside the sandbox to leave out, with all below it (repeatable): secrets, build residue', collect)
+    .option('--json', 'print the published layer record as JSON')
+    .action(
+      action<{ as: string; kind: string; exclude?: string[]; json?: boolean }, [string]>(async (ctx, flags, id) => {
+        const client = await ctx.agent();
+        const record = await client.snapshotSandbox(id, { as: flags.as, kind: flags.kind as LayerKind, exclude: flags.exclude ?? [] });
+        if (flags.json) {
+          printJson(record);
+          return 0;
+        }
+        const excluded = flags.exclude?.length ? `, without ${flags.exclude.join(', ')}` : '';
+        process.stdout.write(
+          `Published ${record.name}@${record.version} (${record.kind}) from sandbox ${id}${excluded}: ${record.digest}, ${record.files} entries, ${record.sizeBytes} bytes.\n` +
+            `Use it with:  ${record.name}: { kind: ${record.kind}, version: ${record.version}, source: { published: {} } }\n`,
+        );
+        return 0;
+      }),
     );
 }
 
