@@ -45,7 +45,7 @@ export { checkStorable, digestLayer, publishLayer } from './publish.js';
 export { BUSYBOX_ROOTFS_VERSION, buildBusyboxRootfs } from './sources/busybox.js';
 export { copyTree, setMetadata, writeNonDirectories } from './sources/dir.js';
 export { materialise } from './sources/index.js';
-export { probeErofs, buildErofsImage, checkErofsImage, SPLIT_CHUNK_BYTES, type ErofsProbe } from './erofs.js';
+export { probeErofs, buildErofsImage, checkErofsImage, SPLIT_CHUNK_BYTES, type ErofsCompression, type ErofsProbe } from './erofs.js';
 export type { AttachedImage, ImageFormat } from './images/types.js';
 export { InUseRegistry, type InUseRecord } from './inuse.js';
 export {

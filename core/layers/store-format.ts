@@ -8,7 +8,7 @@
 import type { Logger } from '../hooks.js';
 import type { LayerFormat } from '../live.js';
 import type { DigestCache } from './digest-cache.js';
-import { probeErofs, type ErofsProbe } from './erofs.js';
+import { probeErofs, type ErofsCompression, type ErofsProbe } from './erofs.js';
 import { BlobCache } from './images/blob-cache.js';
 import { ErofsFormat } from './images/erofs.js';
 import { SplitErofsFormat } from './images/split-erofs.js';
@@ -28,6 +28,8 @@ export interface FormatSettings {
   /** Split EROFS images (metadata local, data blob read from the store) instead of whole ones. */
   readonly split: boolean;
   readonly cache?: BlobCacheSettings;
+  /** Whole images' compressor. @default "lz4hc" */
+  readonly compression?: ErofsCompression;
   /** How to learn whether EROFS mounts here. @default probeErofs (once per process) */
   readonly probe?: () => Promise<ErofsProbe>;
 }
@@ -62,7 +64,7 @@ export async function chooseFormats(settings: FormatSettings, context: FormatCon
     }
   }
   if (reason !== undefined) return { format: 'tree', reason, primary: tree, readable: [tree] };
-  const primary = settings.split ? splitFormat(settings, context) : new ErofsFormat(context.dirs, context.newStaging);
+  const primary = settings.split ? splitFormat(settings, context) : new ErofsFormat(context.dirs, context.newStaging, settings.compression);
   return { format: 'erofs', primary, readable: [primary, tree] };
 }
 

@@ -22,12 +22,12 @@ export type StorageLocalRecord = LayerStoreRecord;
  * `auto`: EROFS images where they mount, else directory trees).
  */
 export default function storageLocal(options?: StorageLocalOptions): DsecPlugin {
-  const { root, format = 'auto' } = parseOptions(options);
+  const { root, format = 'auto', compression } = parseOptions(options);
   const stores = new Map<string, LayerStore>();
   const storeFor = (node: NodeContext): LayerStore => {
     const dir = root ?? join(node.root, PLUGIN_NAME);
     let store = stores.get(dir);
-    if (!store) stores.set(dir, (store = new LayerStore({ dir, log: node.log, name: PLUGIN_NAME, node: node.name, format })));
+    if (!store) stores.set(dir, (store = new LayerStore({ dir, log: node.log, name: PLUGIN_NAME, node: node.name, format, compression })));
     return store;
   };
   return {

@@ -17,6 +17,12 @@ export interface StorageLocalOptions {
    * @default "auto"
    */
   readonly format?: 'auto' | 'erofs' | 'tree';
+  /**
+   * The EROFS images' compressor: `lz4hc` packs tighter, `lz4` builds about
+   * 30 times faster (publishing a GiB-sized layer in seconds, not minutes).
+   * @default "lz4hc"
+   */
+  readonly compression?: 'lz4hc' | 'lz4';
 }
 
 const PLUGIN_NAME = 'storage-local';
@@ -29,6 +35,7 @@ const optionsSchema = {
   properties: {
     root: { type: 'string', minLength: 1, pattern: '^/', description: 'The store folder (absolute path).' },
     format: { enum: ['auto', 'erofs', 'tree'], description: 'How layers are stored (default auto).' },
+    compression: { enum: ['lz4hc', 'lz4'], description: 'The EROFS images\' compressor (default lz4hc).' },
   },
 } as const;
 
@@ -38,7 +45,7 @@ function describe(error: ErrorObject, options: unknown): string {
   const field = error.instancePath.replace(/^\//, '');
   switch (error.keyword) {
     case 'additionalProperties':
-      return `unknown option ${JSON.stringify(error.params.additionalProperty)} (known: root, format)`;
+      return `unknown option ${JSON.stringify(error.params.additionalProperty)} (known: root, format, compression)`;
     case 'pattern':
     case 'minLength': {
       const value = (options as Record<string, unknown>)[field];

@@ -1,5 +1,5 @@
 /**
- * Whole EROFS images, lz4hc-compressed: `layers/<hex>.erofs`, and
+ * Whole EROFS images, lz4hc- (or lz4-) compressed: `layers/<hex>.erofs`, and
  * `layers/<hex>.json` recording its sha256 and size. The record is written
  * last, so an image without one is incomplete (a crash mid-publish) and
  * never mounted. Before each first mount the image is hashed again and
@@ -10,10 +10,10 @@ import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
 import { DsecError } from '../../errors.js';
 import { digestHex } from '../digest.js';
-import { buildErofsImage } from '../erofs.js';
+import { buildErofsImage, type ErofsCompression } from '../erofs.js';
 import { changedMs, fsyncDir, isErrno, removeTree, sha256File } from '../fsutil.js';
 import { MountedFormat, type OpenedImage } from './mounted.js';
-import type { PreparedImage, StoredImage } from './types.js';
+import type { FormatDirs, NewStaging, PreparedImage, StoredImage } from './types.js';
 
 /** A file of an image as published. */
 export interface ImageFile {
@@ -66,7 +66,16 @@ export async function verifyFile(path: string, expected: ImageFile, ref: string,
 }
 
 export class ErofsFormat extends MountedFormat {
-  readonly description = 'erofs (lz4hc images, mounted read-only once per node)';
+  readonly description: string;
+
+  constructor(
+    dirs: FormatDirs,
+    newStaging: NewStaging,
+    private readonly compression: ErofsCompression = 'lz4hc',
+  ) {
+    super(dirs, newStaging);
+    this.description = `erofs (${compression} images, mounted read-only once per node)`;
+  }
 
   private imagePath(digest: string): string {
     return join(this.layersDir, `${digestHex(digest)}.erofs`);
@@ -85,7 +94,7 @@ export class ErofsFormat extends MountedFormat {
     const staging = await this.newStaging('shared');
     try {
       const image = join(staging.dir, 'image.erofs');
-      await buildErofsImage(tree, image);
+      await buildErofsImage(tree, image, { compression: this.compression });
       const record: ImageRecord = { digest, layout: 'whole', image: await describeFile(image) };
       const recordFile = join(staging.dir, 'image.json');
       await fs.writeFile(recordFile, JSON.stringify(record, null, 2) + '\n');

@@ -56,6 +56,19 @@ describe('the EROFS format', () => {
     await ws.store.release('sb-2');
   });
 
+  it('builds lz4 images instead of lz4hc when asked', async () => {
+    const fast = ws.reopen({ dir: join(ws.root, 'lz4-store'), compression: 'lz4' });
+    const dir = join(ws.root, 'lz4-src');
+    await fs.mkdir(dir);
+    writeFileSync(join(dir, 'text.txt'), 'compressible text\n'.repeat(10_000));
+    const { publishLayer } = await import('../../../core/layers/index.js');
+    const record = await publishLayer(fast, { ref: 'fast@1.0.0', name: 'fast', version: '1.0.0', kind: 'base', source: { type: 'dir', path: dir } });
+    expect((await fast.stats()).description).toBe('erofs (lz4 images, mounted read-only once per node)');
+    const [mounted] = await fast.resolve('sb-1', [refOf(record)]);
+    expect(await fs.readFile(join(mounted.path, 'text.txt'), 'utf8')).toBe('compressible text\n'.repeat(10_000));
+    await fast.release('sb-1');
+  });
+
   it('keeps whiteouts and opaque directories inside the image', async () => {
     const record = await ws.publishDir('tool@1.0.0', { 'fresh/new': 'n\n' }, 'toolkit', async (dir) => {
       await makeWhiteouts([join(dir, 'gone')]);
