@@ -82,7 +82,7 @@ export interface StorageStats {
   readonly format: LayerFormat;
   /** Why it is not EROFS, when it fell back to trees. */
   readonly reason?: string;
-  /** The format's own words: `erofs (lz4hc)`, `erofs split: metadata on local disk, blob read on demand`. */
+  /** The format's own words: `erofs (lz4)`, `erofs split: metadata on local disk, blob read on demand`. */
   readonly description: string;
   readonly store: string;
   /** What the store folder is on, when the plugin says (storage-3fs: a 3FS mount, or an ordinary directory). */

@@ -28,7 +28,7 @@ export interface FormatSettings {
   /** Split EROFS images (metadata local, data blob read from the store) instead of whole ones. */
   readonly split: boolean;
   readonly cache?: BlobCacheSettings;
-  /** Whole images' compressor. @default "lz4hc" */
+  /** Whole images' compressor. @default "lz4" */
   readonly compression?: ErofsCompression;
   /** How to learn whether EROFS mounts here. @default probeErofs (once per process) */
   readonly probe?: () => Promise<ErofsProbe>;

@@ -59,7 +59,7 @@ export interface LayerStoreOptions {
   readonly node?: string;
   /** @default "auto": EROFS where it mounts, else directory trees */
   readonly format?: FormatChoice;
-  /** Whole EROFS images' compressor (lz4hc packs tighter, lz4 builds ~30x faster). @default "lz4hc" */
+  /** Whole EROFS images' compressor (lz4hc packs tighter, lz4 builds ~30x faster). @default "lz4" */
   readonly compression?: ErofsCompression;
   /** Split EROFS images: metadata copied to local disk, data read from the store's blob. @default false */
   readonly split?: boolean;

@@ -35,7 +35,7 @@ const optionsSchema = {
   properties: {
     root: { type: 'string', minLength: 1, pattern: '^/', description: 'The store folder (absolute path).' },
     format: { enum: ['auto', 'erofs', 'tree'], description: 'How layers are stored (default auto).' },
-    compression: { enum: ['lz4hc', 'lz4'], description: 'The EROFS images\' compressor (default lz4hc).' },
+    compression: { enum: ['lz4hc', 'lz4'], description: 'The EROFS images\' compressor (default lz4).' },
   },
 } as const;
 

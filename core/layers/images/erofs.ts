@@ -1,5 +1,5 @@
 /**
- * Whole EROFS images, lz4hc- (or lz4-) compressed: `layers/<hex>.erofs`, and
+ * Whole EROFS images, lz4- (or lz4hc-) compressed: `layers/<hex>.erofs`, and
  * `layers/<hex>.json` recording its sha256 and size. The record is written
  * last, so an image without one is incomplete (a crash mid-publish) and
  * never mounted. Before each first mount the image is hashed again and
@@ -71,7 +71,7 @@ export class ErofsFormat extends MountedFormat {
   constructor(
     dirs: FormatDirs,
     newStaging: NewStaging,
-    private readonly compression: ErofsCompression = 'lz4hc',
+    private readonly compression: ErofsCompression = 'lz4',
   ) {
     super(dirs, newStaging);
     this.description = `erofs (${compression} images, mounted read-only once per node)`;

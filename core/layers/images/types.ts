@@ -45,7 +45,7 @@ export interface AttachedImage {
 
 export interface ImageFormat {
   readonly format: LayerFormat;
-  /** A short description for logs and stats (`erofs (lz4hc)`, `erofs split (metadata local, blob on the store)`). */
+  /** A short description for logs and stats (`erofs (lz4)`, `erofs split (metadata local, blob on the store)`). */
   readonly description: string;
   /** Whether the complete stored form of `digest` is in the store. */
   has(digest: string): Promise<boolean>;
