@@ -6,8 +6,24 @@
  * ls|inspect|gc|squash` and `dsec validate`'s clash warning. One project,
  * each step building on the last.
  */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Project, type SandboxJson } from './harness.js';
+
+const execFileAsync = promisify(execFile);
+
+/** A program using the SDK from the project: snapshots the sandbox named on its command line. */
+const SDK_SNAPSHOT = `import { connect } from 'dsec';
+
+const dsec = await connect({ dir: process.cwd() });
+try {
+  const record = await dsec.snapshot(process.argv[2], { as: 'sdk-snap@1.0.0', kind: 'toolkit', exclude: ['/root/.token', '/work'] });
+  console.log(JSON.stringify(record));
+} finally {
+  await dsec.close();
+}
+`;
 
 const CONFIG = `version: 1
 layers:
@@ -169,17 +185,28 @@ describe('a project with a build layer, a snapshot and a published layer', () =>
     expect(missing.stderr).toContain('DSEC_LAYER_NOT_FOUND');
   });
 
-  it('garbage-collects an orphan layer and keeps those in use or in the config', async () => {
+  it('snapshots through the SDK, the excluded paths absent from the layer', async () => {
+    project.write('snap.mjs', SDK_SNAPSHOT);
+    const { stdout } = await execFileAsync(process.execPath, ['snap.mjs', devId], { cwd: project.dir });
+    expect(JSON.parse(stdout)).toMatchObject({ name: 'sdk-snap', version: '1.0.0', kind: 'toolkit' });
+    const inspect = await project.json<{ entries: { path: string }[] }>(['layers', 'inspect', 'sdk-snap@1.0.0', '--files']);
+    const paths = inspect.entries.map((entry) => entry.path);
+    expect(paths).toContain('opt/tools/run');
+    expect(paths.filter((path) => path.startsWith('root/.token') || path.startsWith('work'))).toEqual([]);
+  });
+
+  it('garbage-collects orphan layers and keeps those in use or in the config', async () => {
     const orphan = await project.run(['sandbox', 'snapshot', devId, '--as', 'orphan@1.0.0', '--kind', 'toolkit']);
     expect(orphan.code, orphan.stderr).toBe(0);
     expect(orphan.stdout).toContain('Published orphan@1.0.0 (toolkit)');
     const dry = await project.json<{ dryRun: boolean; removed: { name: string }[] }>(['layers', 'gc', '--dry-run']);
-    expect(dry).toMatchObject({ dryRun: true, removed: [{ name: 'orphan' }] });
+    expect(dry).toMatchObject({ dryRun: true, removed: [{ name: 'orphan' }, { name: 'sdk-snap' }] });
     expect((await layerRows()).map((row) => row.name)).toContain('orphan');
     const gc = await project.run(['layers', 'gc']);
     expect(gc.code, gc.stderr).toBe(0);
     expect(gc.stdout).toContain('- orphan@1.0.0');
-    expect(gc.stdout).toContain('gc removed 1 layer(s)');
+    expect(gc.stdout).toContain('- sdk-snap@1.0.0');
+    expect(gc.stdout).toContain('gc removed 2 layer(s)');
     expect((await layerRows()).map((row) => row.name).sort()).toEqual(['base', 'solved', 'tools']);
   });
 
