@@ -9,7 +9,6 @@
  */
 import os from 'node:os';
 import { mkdir } from 'node:fs/promises';
-import path from 'node:path';
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import type { NodeContext } from '../hooks.js';
@@ -19,7 +18,7 @@ import { DSEC_VERSION } from '../version.js';
 import { trackBailer } from './bail-tracker.js';
 import { isAgentMadeLayer, LABEL_BUILD, LayerBuilder } from './build.js';
 import { removeTree } from './files.js';
-import { checkGcRequest, collectLayers, listLayer, type GcResult, type LayerListing } from './layer-admin.js';
+import { checkGcRequest, cleanInterrupted, collectLayers, listLayer, snapshotsDir, type GcResult, type LayerListing } from './layer-admin.js';
 import { checkSnapshotInput, snapshotToLayer } from './snapshot.js';
 import { SandboxStore, toInfo, type SandboxEntry } from './store.js';
 import { checkExecRequest, checkResources, checkSandboxId, checkSpec } from './validate.js';
@@ -93,6 +92,10 @@ export class NodeAgent {
         (error: Error) => this.log.warn(`sandbox ${entry.ctx.spec.id}: removing an interrupted layer build failed: ${error.message}`),
       );
     }
+    await cleanInterrupted(this.dsec.hooks, this.node).then(
+      (released) => cleaned.push(...released),
+      (error: Error) => this.log.warn(`cleaning up interrupted layer listings and snapshots failed: ${error.message}`),
+    );
     // The storage plugin opens its store now: its format (or why it fell back to trees) is in the log from the start.
     await this.dsec.hooks.storageStats
       .promise(this.node)
@@ -341,8 +344,7 @@ export class NodeAgent {
       if (entry.ctx.status !== 'running' && entry.ctx.status !== 'paused') {
         throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
       }
-      const tempRoot = path.join(this.root, 'snapshots');
-      return snapshotToLayer(entry.ctx, request, { hooks: this.dsec.hooks, tempRoot, publish: (layer) => this.publishLayer(layer), log: this.log });
+      return snapshotToLayer(entry.ctx, request, { hooks: this.dsec.hooks, tempRoot: snapshotsDir(this.node), publish: (layer) => this.publishLayer(layer), log: this.log });
     });
   }
 

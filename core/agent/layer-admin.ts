@@ -6,7 +6,7 @@
  * release), so it works for trees and mounted images alike.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { DsecError } from '../errors.js';
 import type { Hooks, NodeContext, SandboxContext } from '../hooks.js';
@@ -90,6 +90,10 @@ export async function collectLayers(request: GcRequest, deps: GcDeps): Promise<G
   return { dryRun: request.dryRun, removed, kept };
 }
 
+/** Where listings keep their short-lived reader folders, and snapshots their copies. */
+const inspectDir = (node: NodeContext): string => path.join(node.root, 'inspect');
+export const snapshotsDir = (node: NodeContext): string => path.join(node.root, 'snapshots');
+
 export interface ListingDeps {
   readonly hooks: Hooks;
   readonly node: NodeContext;
@@ -106,30 +110,9 @@ export async function listLayer(name: string, version: string, deps: ListingDeps
   const record = (await deps.listLayers()).find((layer) => layer.name === name && layer.version === version);
   if (!record) throw new DsecError('DSEC_LAYER_NOT_FOUND', { ref });
   const id = `inspect-${randomBytes(6).toString('hex')}`;
-  const dir = path.join(deps.node.root, 'inspect', id);
+  const dir = path.join(inspectDir(deps.node), id);
   await mkdir(dir, { recursive: true, mode: 0o700 });
-  const ctx: SandboxContext = {
-    spec: {
-      id,
-      // No backend provisions this kind: backends leave it alone in destroy.
-      backend: 'none',
-      layers: [{ name, version, digest: record.digest }],
-      env: {},
-      workdir: '/',
-      user: 'root',
-      resources: { cpu: 1, memoryMiB: 16, pids: 1 },
-      network: 'none',
-      qos: 'best-effort',
-      labels: {},
-    },
-    node: deps.node,
-    dir,
-    status: 'creating',
-    lowerDirs: [],
-    storage: {},
-    backend: {},
-    createdAt: new Date().toISOString(),
-  };
+  const ctx = readerContext(id, dir, deps.node, [{ name, version, digest: record.digest }]);
   try {
     await deps.hooks.resolveLayers.promise(ctx);
     const tree = ctx.lowerDirs[0];
@@ -149,4 +132,46 @@ export async function listLayer(name: string, version: string, deps: ListingDeps
     await deps.hooks.destroy.promise(ctx).catch((error: Error) => deps.node.log.warn(`releasing ${ref} after listing it failed: ${error.message}`));
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * After a crash: release what listings interrupted half-way still hold (the
+ * storage plugin counts them as users of their layers) and drop snapshot
+ * copies nobody will publish. Run by the agent at start.
+ */
+export async function cleanInterrupted(hooks: Hooks, node: NodeContext): Promise<string[]> {
+  const released: string[] = [];
+  for (const id of await readdir(inspectDir(node)).catch(() => [] as string[])) {
+    const dir = path.join(inspectDir(node), id);
+    await hooks.destroy.promise(readerContext(id, dir, node, []));
+    await rm(dir, { recursive: true, force: true });
+    released.push(id);
+  }
+  await rm(snapshotsDir(node), { recursive: true, force: true });
+  return released;
+}
+
+/** A sandbox context for a reader that is no sandbox: no backend provisions `none`, so backends leave it alone in destroy. */
+function readerContext(id: string, dir: string, node: NodeContext, layers: SandboxSpec['layers']): SandboxContext {
+  return {
+    spec: {
+      id,
+      backend: 'none',
+      layers,
+      env: {},
+      workdir: '/',
+      user: 'root',
+      resources: { cpu: 1, memoryMiB: 16, pids: 1 },
+      network: 'none',
+      qos: 'best-effort',
+      labels: {},
+    },
+    node,
+    dir,
+    status: 'creating',
+    lowerDirs: [],
+    storage: {},
+    backend: {},
+    createdAt: new Date().toISOString(),
+  };
 }

@@ -2,6 +2,7 @@
  * Layer builds and snapshots through a real node agent (dist/, `npm run
  * build` first): storage-local and the container backend, runc sandboxes.
  */
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isPendingDigest, type LayerRecord, type LayerRef, type SandboxSpec } from '../../../core/live.js';
@@ -217,6 +218,29 @@ describe('layer garbage collection', () => {
       expect((await agent.client.listLayers()).map((layer) => layer.name).sort()).toEqual(['busybox', 'tools']);
     } finally {
       await agent.client.destroySandbox('holds-tools');
+    }
+  });
+});
+
+describe('an agent restarted after a crash', () => {
+  it('destroys an interrupted build sandbox and drops leftover snapshot copies and listing readers', async () => {
+    await agent.client.createSandbox({ ...spec('build-interrupted', [refOf(agent.baseLayer)]), labels: { 'dsec.io/build': 'tools@9.9.9' } });
+    await agent.client.createSandbox(spec('survivor', [refOf(agent.baseLayer)]));
+    const leftoverCopy = path.join(agent.root, 'snapshots', 'survivor-dead');
+    const leftoverReader = path.join(agent.root, 'inspect', 'inspect-0123456789ab');
+    mkdirSync(leftoverCopy, { recursive: true });
+    writeFileSync(path.join(leftoverCopy, 'half-copied'), 'x');
+    mkdirSync(leftoverReader, { recursive: true });
+    try {
+      await agent.kill();
+      await agent.startDaemon();
+      expect((await agent.client.listSandboxes()).map((sandbox) => sandbox.id)).toEqual(['survivor']);
+      expect(containersOfAgent()).toEqual([agent.containerId('survivor')]);
+      expect(existsSync(leftoverCopy)).toBe(false);
+      expect(existsSync(leftoverReader)).toBe(false);
+    } finally {
+      await agent.client.destroySandbox('survivor');
+      await agent.client.destroySandbox('build-interrupted');
     }
   });
 });
