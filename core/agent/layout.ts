@@ -5,6 +5,8 @@
  *   <root>/agent.pid         the daemon's pid
  *   <root>/agent.log         its log
  *   <root>/sandboxes/<id>/   one folder per sandbox (record.json, backend files)
+ *   <root>/builds/<identity>.json   what each layer build gave (build.ts)
+ *   <root>/snapshots/, inspect/    short-lived snapshot copies and layer readers (cleaned at start)
  *   <root>/<plugin name>/    each plugin's own data
  */
 import { closeSync, fstatSync, openSync, statSync } from 'node:fs';
