@@ -1,7 +1,9 @@
 /**
  * Every benchmark, one after the other, each in its own Node process (so one
- * benchmark's heap and peak RSS never colour the next one's figures, and
- * plan-scale gets --expose-gc). Their tables go straight to stdout.
+ * benchmark's heap and peak RSS never colour the next one's figures, and each
+ * gets --expose-gc). Their tables go straight to stdout. A benchmark is any
+ * file of this folder but this one: the known ones run first, in the order
+ * below, then the others by name.
  *
  *   npm run build && npm run bench                 # all of them
  *   node dist/bench/index.js create-rate           # only the named ones
@@ -10,6 +12,7 @@
  * Exits non-zero when a benchmark missed its target or failed.
  */
 import { spawn } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -17,19 +20,32 @@ interface Benchmark {
   readonly name: string;
   /** What it checks, printed above its table. */
   readonly title: string;
-  readonly nodeFlags: readonly string[];
 }
 
-const BENCHMARKS: readonly Benchmark[] = [
-  { name: 'plan-scale', title: 'planning is cheap at scale', nodeFlags: ['--expose-gc'] },
-  { name: 'create-rate', title: "creating sandboxes is close to the runtime's own cost", nodeFlags: [] },
+const KNOWN: readonly Benchmark[] = [
+  { name: 'plan-scale', title: 'planning is cheap at scale' },
+  { name: 'create-rate', title: "creating sandboxes is close to the runtime's own cost" },
 ];
 
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+function benchmarks(): Benchmark[] {
+  const self = path.basename(fileURLToPath(import.meta.url), '.js');
+  const found = readdirSync(here)
+    .filter((file) => file.endsWith('.js') && path.basename(file, '.js') !== self)
+    .map((file) => path.basename(file, '.js'));
+  const known = KNOWN.filter((benchmark) => found.includes(benchmark.name));
+  const others = found
+    .filter((name) => !KNOWN.some((benchmark) => benchmark.name === name))
+    .sort()
+    .map((name) => ({ name, title: name }));
+  return [...known, ...others];
+}
+
 function run(benchmark: Benchmark, args: readonly string[]): Promise<number> {
-  const here = path.dirname(fileURLToPath(import.meta.url));
   const file = path.join(here, `${benchmark.name}.js`);
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...benchmark.nodeFlags, file, ...args], { stdio: 'inherit' });
+    const child = spawn(process.execPath, ['--expose-gc', file, ...args], { stdio: 'inherit' });
     child.on('error', reject);
     child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
   });
@@ -39,12 +55,13 @@ async function main(argv: readonly string[]): Promise<number> {
   const split = argv.indexOf('--');
   const names = split === -1 ? argv : argv.slice(0, split);
   const args = split === -1 ? [] : argv.slice(split + 1);
-  const unknown = names.filter((name) => !BENCHMARKS.some((benchmark) => benchmark.name === name));
+  const all = benchmarks();
+  const unknown = names.filter((name) => !all.some((benchmark) => benchmark.name === name));
   if (unknown.length > 0) {
-    process.stderr.write(`unknown benchmark(s): ${unknown.join(', ')}; known: ${BENCHMARKS.map((b) => b.name).join(', ')}\n`);
+    process.stderr.write(`unknown benchmark(s): ${unknown.join(', ')}; known: ${all.map((b) => b.name).join(', ')}\n`);
     return 2;
   }
-  const chosen = names.length > 0 ? BENCHMARKS.filter((benchmark) => names.includes(benchmark.name)) : BENCHMARKS;
+  const chosen = names.length > 0 ? all.filter((benchmark) => names.includes(benchmark.name)) : all;
   const outcomes: string[] = [];
   let failed = 0;
   for (const benchmark of chosen) {
