@@ -16,7 +16,7 @@ import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxI
 import type { LayerModel, Resources } from '../model.js';
 import { DSEC_VERSION } from '../version.js';
 import { trackBailer } from './bail-tracker.js';
-import { isAgentMadeLayer, LABEL_BUILD, LayerBuilder } from './build.js';
+import { isAgentMadeLayer, isBuildSandbox, LayerBuilder } from './build.js';
 import { removeTree } from './files.js';
 import { checkGcRequest, cleanInterrupted, collectLayers, listLayer, snapshotsDir, type GcResult, type LayerListing } from './layer-admin.js';
 import { checkSnapshotInput, snapshotToLayer } from './snapshot.js';
@@ -86,7 +86,7 @@ export class NodeAgent {
       (entry.ctx.status === 'stopped' ? stopped : adopted).push(id);
     }
     // A layer build never outlives its agent: its sandbox goes, and the next apply builds again.
-    for (const entry of this.store.all().filter((candidate) => candidate.ctx.spec.labels[LABEL_BUILD] !== undefined)) {
+    for (const entry of this.store.all().filter((candidate) => isBuildSandbox(candidate.ctx.spec))) {
       await this.teardown(entry).then(
         () => cleaned.push(entry.ctx.spec.id),
         (error: Error) => this.log.warn(`sandbox ${entry.ctx.spec.id}: removing an interrupted layer build failed: ${error.message}`),

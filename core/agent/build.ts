@@ -61,6 +61,11 @@ export function buildIdentity(parents: readonly string[], source: Pick<BuildSour
   return createHash('sha256').update(inputs).digest('hex');
 }
 
+/** A sandbox a layer build made (a restarted agent destroys it). */
+export function isBuildSandbox(spec: Pick<SandboxSpec, 'labels'>): boolean {
+  return spec.labels[LABEL_BUILD] !== undefined;
+}
+
 /** True for the sources the agent makes itself rather than handing to the storage plugin. */
 export function isAgentMadeLayer(layer: LayerModel): boolean {
   return layer.source.type === 'build' || layer.source.type === 'published';
@@ -94,8 +99,9 @@ export class LayerBuilder {
 
   async publish(layer: LayerModel): Promise<LayerRecord> {
     if (layer.source.type === 'published') return this.published(layer);
+    // A second publish of a build in progress shares its outcome, failure included.
     const running = this.inFlight.get(layer.ref);
-    if (running) return running.catch(() => this.publish(layer));
+    if (running) return running;
     const work = this.publishBuild(layer).finally(() => this.inFlight.delete(layer.ref));
     this.inFlight.set(layer.ref, work);
     return work;
