@@ -4,9 +4,13 @@
  * folder), and a check that nothing is mounted below a folder before it is
  * removed (rm -rf through a live mount would reach into it).
  */
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { open, readFile, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
+
+const execFileAsync = promisify(execFile);
 
 export async function writeJsonAtomic(file: string, value: unknown, mode = 0o600): Promise<void> {
   const temp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
@@ -51,9 +55,23 @@ export async function mountsUnder(dir: string): Promise<string[]> {
     .filter((point) => point === dir || point.startsWith(prefix));
 }
 
-/** rm -rf, refused while anything is still mounted below. */
+/**
+ * rm -rf, refused while anything is still mounted below. A sandbox's folder
+ * holds what its code wrote, e.g. directories nested past PATH_MAX, which
+ * fs.rm (whole paths) cannot unlink (ENAMETOOLONG): then coreutils rm, which
+ * walks with openat and never leaves the filesystem, finishes the job.
+ */
 export async function removeTree(dir: string): Promise<void> {
   const mounted = await mountsUnder(dir);
   if (mounted.length > 0) throw new Error(`refusing to remove ${dir}: still mounted: ${mounted.join(', ')}`);
-  await rm(dir, { recursive: true, force: true });
+  try {
+    await rm(dir, { recursive: true, force: true });
+  } catch (error) {
+    try {
+      await execFileAsync('rm', ['-rf', '--one-file-system', '--', dir]);
+    } catch (rmError) {
+      const stderr = (rmError as { stderr?: string }).stderr?.trim();
+      throw new Error(`removing ${dir} failed: ${(error as Error).message}; rm -rf: ${stderr || (rmError as Error).message}`);
+    }
+  }
 }

@@ -12,6 +12,7 @@ import { DsecError } from '../errors.js';
 import type { Hooks, NodeContext, SandboxContext } from '../hooks.js';
 import { walkTree, type EntryType } from '../layers/index.js';
 import type { LayerRecord, SandboxSpec } from '../live.js';
+import { removeTree } from './files.js';
 
 export interface GcRequest {
   /** `name@version` of every layer the config declares: kept even when no sandbox uses them. */
@@ -147,7 +148,7 @@ export async function cleanInterrupted(hooks: Hooks, node: NodeContext): Promise
     await rm(dir, { recursive: true, force: true });
     released.push(id);
   }
-  await rm(snapshotsDir(node), { recursive: true, force: true });
+  await removeTree(snapshotsDir(node));
   return released;
 }
 

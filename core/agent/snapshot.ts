@@ -7,12 +7,13 @@
  * (immutable, as every layer); the folder is then removed.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { DsecError } from '../errors.js';
 import type { Hooks, SandboxContext } from '../hooks.js';
 import type { LayerRecord } from '../live.js';
 import type { LayerKind, LayerModel } from '../model.js';
+import { removeTree } from './files.js';
 
 /** What a snapshot request holds once checked. */
 export interface SnapshotInput {
@@ -95,6 +96,7 @@ export async function snapshotToLayer(ctx: SandboxContext, input: SnapshotInput,
     deps.log.info(`sandbox ${ctx.spec.id}: snapshot published as ${ref} (${record.digest}, ${record.files} entries)`);
     return record;
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    // The copy holds whatever the sandbox wrote (paths past PATH_MAX too).
+    await removeTree(dir);
   }
 }
