@@ -8,11 +8,14 @@ import { SECCOMP_PROFILE } from './seccomp.js';
 /**
  * The sandbox's PID 1. ash's `wait` reaps orphans re-parented to it, and a
  * TERM ends it cleanly; the sleep is only there so the loop does not spin.
+ * runc hands the init its own stdio, the host's `init.log`: the init trades
+ * it for /dev/null first, or any process inside could write that host file
+ * (or learn its path) through /proc/1/fd.
  */
 export const SANDBOX_INIT = Object.freeze([
   '/bin/sh',
   '-c',
-  "trap 'exit 0' TERM; while :; do sleep 2147483647 & wait; done",
+  "exec </dev/null >/dev/null 2>&1; trap 'exit 0' TERM; while :; do sleep 2147483647 & wait; done",
 ]);
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';

@@ -24,7 +24,7 @@ describe('bundle config', () => {
   const config = bundleConfig(input);
 
   it('runs the sandbox init with the spec environment, cwd and hostname', () => {
-    expect(config.process.args).toEqual(['/bin/sh', '-c', "trap 'exit 0' TERM; while :; do sleep 2147483647 & wait; done"]);
+    expect(config.process.args).toEqual(['/bin/sh', '-c', "exec </dev/null >/dev/null 2>&1; trap 'exit 0' TERM; while :; do sleep 2147483647 & wait; done"]);
     expect(config.process.env).toEqual(['APP=x', 'LANG=C.UTF-8', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']);
     expect(config.process.cwd).toBe('/work');
     expect(config.process.terminal).toBe(false);
