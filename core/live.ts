@@ -166,14 +166,24 @@ export interface NodeInfo {
   readonly storage?: { readonly plugin: string; readonly format: LayerFormat; readonly reason?: string };
 }
 
+/**
+ * The most output an exec may capture per stream. The agent holds both
+ * streams in memory and answers with them in one JSON document (where a
+ * control byte takes 6 characters), so this keeps an answer well under V8's
+ * string limit and a burst of execs within the agent's memory.
+ */
+export const MAX_EXEC_OUTPUT_BYTES = 32 * 1024 * 1024;
+/** The longest exec timeout: the most a Node timer holds (a longer one would fire at once). */
+export const MAX_EXEC_TIMEOUT_MS = 2_147_483_647;
+
 export interface ExecRequest {
   readonly cmd: readonly string[];
   readonly env?: Readonly<Record<string, string>>;
   readonly workdir?: string;
   readonly stdin?: string;
-  /** @default 60000 */
+  /** At most MAX_EXEC_TIMEOUT_MS. @default 60000 */
   readonly timeoutMs?: number;
-  /** Per stream; output past it is dropped and `truncated` set. @default 1 MiB */
+  /** Per stream, at most MAX_EXEC_OUTPUT_BYTES; output past it is dropped and `truncated` set. @default 1 MiB */
   readonly maxOutputBytes?: number;
 }
 

@@ -4,7 +4,7 @@
  * and reports every problem at once (DSEC_AGENT_REQUEST).
  */
 import { DsecError } from '../errors.js';
-import type { ExecRequest, LayerRef, SandboxSpec } from '../live.js';
+import { MAX_EXEC_OUTPUT_BYTES, MAX_EXEC_TIMEOUT_MS, type ExecRequest, type LayerRef, type SandboxSpec } from '../live.js';
 import type { Resources } from '../model.js';
 
 export const SANDBOX_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -112,9 +112,14 @@ export function checkExecRequest(input: unknown): ExecRequest {
   if (stdin !== undefined && typeof stdin !== 'string') problems.push('stdin must be a string');
   if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 1)) {
     problems.push('timeoutMs must be a whole number >= 1');
+  } else if (timeoutMs !== undefined && timeoutMs > MAX_EXEC_TIMEOUT_MS) {
+    problems.push(`timeoutMs must be at most ${MAX_EXEC_TIMEOUT_MS} (about 24 days)`);
   }
   if (maxOutputBytes !== undefined && (typeof maxOutputBytes !== 'number' || !Number.isInteger(maxOutputBytes) || maxOutputBytes < 0)) {
     problems.push('maxOutputBytes must be a whole number >= 0');
+  } else if (maxOutputBytes !== undefined && maxOutputBytes > MAX_EXEC_OUTPUT_BYTES) {
+    // Both streams are held in memory and sent back in one answer.
+    problems.push(`maxOutputBytes must be at most ${MAX_EXEC_OUTPUT_BYTES} (32 MiB per stream)`);
   }
   if (problems.length > 0) refuse(problems);
   return {

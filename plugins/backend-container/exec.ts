@@ -125,17 +125,23 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
         settled = true;
         for (const stream of [out, err, runcErr]) stream.destroy();
         void rm(options.pidFile, { force: true });
-        const runcSaid = runtimeErrors.text().trim();
-        // A failing runc speaks on its own stderr; the command's go to fd 4.
-        if (code !== 0 && runcSaid && !timedOut) return reject(new Error(`runc exec exited ${code}: ${runcSaid}`));
-        resolve({
-          ...exitStatus(code, timedOut),
-          stdout: stdout.text(),
-          stderr: stderr.text(),
-          truncated: stdout.truncated || stderr.truncated,
-          timedOut,
-          durationMs: Math.round(performance.now() - started),
-        });
+        // Runs from a timer or a stream event: a throw here (output too big to
+        // become a string) would otherwise leave the call unanswered for ever.
+        try {
+          const runcSaid = runtimeErrors.text().trim();
+          // A failing runc speaks on its own stderr; the command's go to fd 4.
+          if (code !== 0 && runcSaid && !timedOut) return reject(new Error(`runc exec exited ${code}: ${runcSaid}`));
+          resolve({
+            ...exitStatus(code, timedOut),
+            stdout: stdout.text(),
+            stderr: stderr.text(),
+            truncated: stdout.truncated || stderr.truncated,
+            timedOut,
+            durationMs: Math.round(performance.now() - started),
+          });
+        } catch (error) {
+          reject(error);
+        }
       };
       // Output written just before the exit may still be in flight; background processes may hold the pipes for ever.
       let open = 2;

@@ -18,6 +18,7 @@ import { lstat, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   DsecError,
+  MAX_EXEC_OUTPUT_BYTES,
   STAGE,
   type BackendProbe,
   type Dsec,
@@ -45,7 +46,7 @@ export interface BackendContainerOptions {
   readonly runtime?: RuntimeName;
   /** Absolute path of the runtime binary. @default looked up on PATH */
   readonly runtimePath?: string;
-  /** Per-stream output cap of exec when the request gives none. @default 1 MiB */
+  /** Per-stream output cap of exec when the request gives none, at most MAX_EXEC_OUTPUT_BYTES (32 MiB). @default 1 MiB */
   readonly defaultOutputCapBytes?: number;
 }
 
@@ -261,6 +262,8 @@ function validateOptions(options: BackendContainerOptions): void {
     problems.push('runtimePath must be an absolute path');
   }
   const cap = options.defaultOutputCapBytes;
-  if (cap !== undefined && (!Number.isInteger(cap) || cap < 0)) problems.push('defaultOutputCapBytes must be a whole number >= 0');
+  if (cap !== undefined && (!Number.isInteger(cap) || cap < 0 || cap > MAX_EXEC_OUTPUT_BYTES)) {
+    problems.push(`defaultOutputCapBytes must be a whole number from 0 to ${MAX_EXEC_OUTPUT_BYTES}`);
+  }
   if (problems.length > 0) throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
 }

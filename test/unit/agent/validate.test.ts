@@ -40,6 +40,20 @@ describe('agent request validation', () => {
     expect(checkResources({ memoryMiB: 512 }, { cpu: 2, memoryMiB: 256, pids: 64 })).toEqual({ cpu: 2, memoryMiB: 512, pids: 64 });
   });
 
+  it('refuses an exec that would capture more output than the agent can hold in memory and answer with', () => {
+    expect(checkExecRequest({ cmd: ['yes'], maxOutputBytes: 32 * 1024 * 1024 })).toMatchObject({ maxOutputBytes: 32 * 1024 * 1024 });
+    expect(() => checkExecRequest({ cmd: ['yes'], maxOutputBytes: 700 * 1024 * 1024 })).toThrow(
+      expect.objectContaining({ code: 'DSEC_AGENT_REQUEST', message: expect.stringContaining('maxOutputBytes must be at most 33554432 (32 MiB per stream)') }),
+    );
+  });
+
+  it('refuses an exec timeout longer than a timer can hold, which would fire at once', () => {
+    expect(checkExecRequest({ cmd: ['sleep', '1'], timeoutMs: 2_147_483_647 })).toMatchObject({ timeoutMs: 2_147_483_647 });
+    expect(() => checkExecRequest({ cmd: ['sleep', '1'], timeoutMs: 3_000_000_000 })).toThrow(
+      expect.objectContaining({ code: 'DSEC_AGENT_REQUEST', message: expect.stringContaining('timeoutMs must be at most 2147483647') }),
+    );
+  });
+
   it('checks exec requests', () => {
     expect(checkExecRequest({ cmd: ['ls'], timeoutMs: 5 })).toEqual({ cmd: ['ls'], timeoutMs: 5 });
     expect(() => checkExecRequest({ cmd: 'ls', maxOutputBytes: -1, workdir: 'tmp' })).toThrow(

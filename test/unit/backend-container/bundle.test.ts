@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { bundleConfig, cpuShares, envList, type BundleInput } from '../../../plugins/backend-container/bundle.js';
 import { execArgs, exitStatus } from '../../../plugins/backend-container/exec.js';
-import { containerId } from '../../../plugins/backend-container/index.js';
+import backendContainer, { containerId } from '../../../plugins/backend-container/index.js';
 import { overlayOptions } from '../../../plugins/backend-container/rootfs.js';
 import { DENIED_SYSCALLS } from '../../../plugins/backend-container/seccomp.js';
 
@@ -105,6 +105,13 @@ describe('exec', () => {
     const args = execArgs({ containerId: 'c1', pidFile: '/s/exec.pid', request: { cmd: ['ls', '-l'], env: { A: '1' }, workdir: '/tmp' } });
     expect(args.slice(0, 10)).toEqual(['exec', '--preserve-fds', '2', '--pid-file', '/s/exec.pid', '--env', 'A=1', '--cwd', '/tmp', 'c1']);
     expect(args.slice(-2)).toEqual(['ls', '-l']);
+  });
+
+  it('refuses a default output cap over what the agent can hold in memory', () => {
+    expect(() => backendContainer({ defaultOutputCapBytes: 32 * 1024 * 1024 })).not.toThrow();
+    expect(() => backendContainer({ defaultOutputCapBytes: 64 * 1024 * 1024 })).toThrow(
+      expect.objectContaining({ code: 'DSEC_PLUGIN_OPTIONS', message: expect.stringContaining('defaultOutputCapBytes must be a whole number from 0 to 33554432') }),
+    );
   });
 
   it('reads 128+N as death by signal N, and a timeout as SIGKILL', () => {
