@@ -9,8 +9,9 @@
  *   guarded extraction as a `tar` source); if it holds an OCI layout too,
  *   the layout is read, since it names every blob by digest.
  *
- * Every blob is checked before it is used: present, and its sha256 equal to
- * the digest that names it (OCI: the descriptor's digest; docker-archive:
+ * Every blob is checked before it is used: present, inside the image (never
+ * reached through a symlink leading out), and its sha256 equal to the digest
+ * that names it (OCI: the descriptor's digest; docker-archive:
  * the config's `rootfs.diff_ids`, over the uncompressed tar). Each image
  * layer (tar or tar+gzip) is extracted with the archive guard (no absolute
  * paths, `..`, devices, escaping links; `.wh.` entries become overlay marks)
@@ -117,6 +118,25 @@ async function isFile(path: string): Promise<boolean> {
   return (await fs.stat(path).catch(() => undefined))?.isFile() === true;
 }
 
+/**
+ * `file` (under `root`) with its symlinks resolved, refused when that leads
+ * out of the image: an image tarball may hold absolute symlinks, and reading
+ * index.json or a blob through one would read (and echo in errors) the
+ * host's files. A missing file is returned as is, for the caller to report.
+ */
+async function insideImage(root: string, file: string, what: string, ref: string): Promise<string> {
+  let real: string;
+  try {
+    real = await fs.realpath(file);
+  } catch (error) {
+    if (isErrno(error, 'ENOENT', 'ENOTDIR')) return file;
+    throw sourceError(ref, `cannot read ${what}: ${(error as Error).message}`, error);
+  }
+  const realRoot = await fs.realpath(root);
+  if (!real.startsWith(realRoot + sep)) throw sourceError(ref, `${what} leads outside the image (through a symlink)`);
+  return real;
+}
+
 async function readJson(file: string, what: string, ref: string): Promise<unknown> {
   let text: string;
   try {
@@ -148,7 +168,7 @@ function blobPath(root: string, digest: unknown, what: string, ref: string): str
 
 /** A JSON blob (manifest, index) read after its digest was checked. */
 async function readBlobJson(root: string, descriptor: Json, what: string, ref: string): Promise<Json> {
-  const file = blobPath(root, descriptor.digest, what, ref);
+  const file = await insideImage(root, blobPath(root, descriptor.digest, what, ref), what, ref);
   await verifyBlob({ file, digest: descriptor.digest as string, size: sizeOf(descriptor), name: what }, ref);
   const parsed = await readJson(file, `${what} ${descriptor.digest as string}`, ref);
   if (!isObject(parsed)) throw sourceError(ref, `${what} ${descriptor.digest as string} is malformed: not a JSON object`);
@@ -218,7 +238,7 @@ function indexManifests(index: unknown, what: string, ref: string): Json[] {
 }
 
 async function ociLayoutLayers(root: string, source: OciSource, ref: string): Promise<LayerBlob[]> {
-  const index = await readJson(join(root, 'index.json'), 'index.json', ref);
+  const index = await readJson(await insideImage(root, join(root, 'index.json'), 'index.json', ref), 'index.json', ref);
   let descriptor = chooseImage(indexManifests(index, 'index.json', ref), descriptorNames, source, ref);
   // A multi-platform image: an index inside the index (one level is what tools write; two are allowed).
   for (let depth = 0; depth < 2 && OCI_INDEX_TYPES.has(String(descriptor.mediaType)); depth++) {
@@ -232,7 +252,7 @@ async function ociLayoutLayers(root: string, source: OciSource, ref: string): Pr
   const what = `image manifest ${descriptor.digest as string}`;
   if (manifest.schemaVersion !== 2) throw sourceError(ref, `${what} is malformed: schemaVersion is ${JSON.stringify(manifest.schemaVersion)}, not 2`);
   if (!Array.isArray(manifest.layers)) throw sourceError(ref, `${what} is malformed: it has no "layers" list`);
-  return manifest.layers.map((layer, position): LayerBlob => {
+  const layers = manifest.layers.map((layer, position) => {
     const name = `image layer ${position + 1} of ${(manifest.layers as unknown[]).length}`;
     if (!isObject(layer)) throw sourceError(ref, `${what} is malformed: layers[${position}] is not a descriptor`);
     const mediaType = String(layer.mediaType);
@@ -242,6 +262,7 @@ async function ociLayoutLayers(root: string, source: OciSource, ref: string): Pr
     }
     return { file: blobPath(root, layer.digest, name, ref), digest: layer.digest as string, size: sizeOf(layer), name };
   });
+  return Promise.all(layers.map(async (layer): Promise<LayerBlob> => ({ ...layer, file: await insideImage(root, layer.file, layer.name, ref) })));
 }
 
 // ------------------------------------------------------- docker-archive
@@ -266,7 +287,7 @@ async function memberPath(root: string, member: unknown, what: string, ref: stri
 }
 
 async function dockerArchiveLayers(root: string, source: OciSource, ref: string): Promise<LayerBlob[]> {
-  const manifest = await readJson(join(root, 'manifest.json'), 'manifest.json', ref);
+  const manifest = await readJson(await insideImage(root, join(root, 'manifest.json'), 'manifest.json', ref), 'manifest.json', ref);
   if (!Array.isArray(manifest) || manifest.some((entry) => !isObject(entry))) {
     throw sourceError(ref, 'manifest.json is malformed: expected a list of {Config, RepoTags, Layers}');
   }

@@ -137,6 +137,38 @@ describe('the OCI image reader', () => {
     expect(error.message).toContain('has a malformed digest');
   });
 
+  it('refuses an image tarball whose index.json or manifest.json is a symlink leading out of it, without reading what it leads to', async () => {
+    const secret = join(ws.root, 'host-secret.txt');
+    await fs.writeFile(secret, 'TOPSECRET: not JSON at all\n');
+    for (const name of ['index.json', 'manifest.json']) {
+      const archive = join(ws.root, `symlinked-${name}.tar`);
+      await fs.writeFile(archive, tarArchive([{ path: 'oci-layout', content: '{"imageLayoutVersion":"1.0.0"}' }, { path: name, type: '2', linkpath: secret }]));
+      const error = await rejectionOf(materialiseOci({ path: archive }, target, 'img@1.0.0'));
+      expect(error.code, name).toBe('DSEC_LAYER_SOURCE');
+      expect(error.message, name).toContain(`${name} leads outside the image`);
+      expect(error.message, name).not.toContain('TOPSECRET');
+    }
+  });
+
+  it('refuses blobs that an image tarball reaches through a symlink leading out of it', async () => {
+    // A complete layout elsewhere on the host; the tarball holds its index and a symlink to its blobs.
+    const elsewhere = await ociLayout(ws.root, join(ws.root, 'elsewhere'), [{ layers: TWO_LAYERS }]);
+    const index = await fs.readFile(join(elsewhere.dir, 'index.json'), 'utf8');
+    const archive = join(ws.root, 'symlinked-blobs.tar');
+    await fs.writeFile(
+      archive,
+      tarArchive([
+        { path: 'oci-layout', content: '{"imageLayoutVersion":"1.0.0"}' },
+        { path: 'index.json', content: index },
+        { path: 'blobs', type: '2', linkpath: join(elsewhere.dir, 'blobs') },
+      ]),
+    );
+    const error = await rejectionOf(materialiseOci({ path: archive }, target, 'img@1.0.0'));
+    expect(error.code).toBe('DSEC_LAYER_SOURCE');
+    expect(error.message).toContain(`image manifest leads outside the image`);
+    expect(await fs.readdir(target)).toEqual([]);
+  });
+
   it('refuses a directory that is neither layout nor archive, and a path that does not exist', async () => {
     const empty = join(ws.root, 'empty');
     await fs.mkdir(empty);
