@@ -47,12 +47,15 @@ async function supplementaryGroups(rootfs: string, name: string, primary: number
 }
 
 /**
- * The colon-separated lines of a file in the rootfs. A symlink is refused: an
- * absolute one would resolve against the host's root, not the sandbox's.
+ * The colon-separated lines of a file in the rootfs. A symlink is refused,
+ * the file's or its folder's (/etc): an absolute one would resolve against
+ * the host's root, not the sandbox's.
  */
 async function readDatabase(rootfs: string, relative: string, user: string, options: { optional?: boolean } = {}): Promise<string[][]> {
   const file = path.join(rootfs, relative);
   try {
+    const folder = await lstat(path.dirname(file));
+    if (folder.isSymbolicLink()) throw new Error(`/${path.dirname(relative)} in the sandbox is a symlink`);
     const info = await lstat(file);
     if (!info.isFile()) throw new Error(`/${relative} in the sandbox is not a regular file`);
     const text = await readFile(file, 'utf8');
