@@ -54,6 +54,8 @@ export const MASKED_PATHS = Object.freeze([
   '/proc/sched_debug',
   '/proc/scsi',
   '/sys/firmware',
+  // RAPL energy counters: a power side channel on other tenants' secrets (PLATYPUS, CVE-2020-8694).
+  '/sys/devices/virtual/powercap',
   '/proc/kpagecgroup',
   '/proc/kpageflags',
   '/proc/kpagecount',

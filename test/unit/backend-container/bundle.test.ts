@@ -59,6 +59,8 @@ describe('bundle config', () => {
 
   it('masks the kpage* files and makes kernel knobs read-only', () => {
     expect(config.linux.maskedPaths).toEqual(expect.arrayContaining(['/proc/kpagecgroup', '/proc/kpageflags', '/proc/kpagecount', '/proc/kcore', '/sys/firmware']));
+    // Container root is host root here: the RAPL energy counters would be readable.
+    expect(config.linux.maskedPaths).toContain('/sys/devices/virtual/powercap');
     expect(config.linux.readonlyPaths).toEqual(['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger']);
   });
 
