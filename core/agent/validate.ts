@@ -107,8 +107,15 @@ export function checkExecRequest(input: unknown): ExecRequest {
   if (!Array.isArray(cmd) || cmd.length === 0 || cmd.some((part) => typeof part !== 'string')) {
     problems.push('cmd must be a non-empty array of strings');
   }
+  // A NUL cannot reach a process (spawn refuses it), and runc refuses an empty or `=` name: the caller's mistake, said as such.
+  if (Array.isArray(cmd) && cmd.some((part) => typeof part === 'string' && part.includes('\0'))) problems.push('cmd must not hold NUL bytes');
   const envMap = env === undefined ? undefined : stringMap(env, 'env', problems);
+  for (const [name, value] of Object.entries(envMap ?? {})) {
+    if (name === '' || /[=\0]/.test(name)) problems.push(`env name ${JSON.stringify(name)} is not a valid variable name`);
+    if (value.includes('\0')) problems.push(`env value of ${name} holds a NUL byte`);
+  }
   if (workdir !== undefined && (typeof workdir !== 'string' || !workdir.startsWith('/'))) problems.push('workdir must be an absolute path');
+  else if (typeof workdir === 'string' && workdir.includes('\0')) problems.push('workdir must not hold NUL bytes');
   if (stdin !== undefined && typeof stdin !== 'string') problems.push('stdin must be a string');
   if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 1)) {
     problems.push('timeoutMs must be a whole number >= 1');

@@ -54,6 +54,16 @@ describe('agent request validation', () => {
     );
   });
 
+  it('refuses exec arguments, env and workdir that no process can be given (NUL bytes, bad names) as a bad request, not a backend failure', () => {
+    expect(() => checkExecRequest({ cmd: ['echo', 'a\0b'], env: { '': 'x', 'A=B': 'c', OK: 'v\0w' }, workdir: '/tmp\0x' })).toThrow(
+      'the node agent refused the request: cmd must not hold NUL bytes; env name "" is not a valid variable name; ' +
+        'env name "A=B" is not a valid variable name; env value of OK holds a NUL byte; workdir must not hold NUL bytes',
+    );
+    expect(checkExecRequest({ cmd: ['sh', '-c', 'echo "$X"'], env: { X: "a'b\"c$(id)\n", 'dotted.name-ok': '1' } })).toMatchObject({
+      env: { X: "a'b\"c$(id)\n", 'dotted.name-ok': '1' },
+    });
+  });
+
   it('checks exec requests', () => {
     expect(checkExecRequest({ cmd: ['ls'], timeoutMs: 5 })).toEqual({ cmd: ['ls'], timeoutMs: 5 });
     expect(() => checkExecRequest({ cmd: 'ls', maxOutputBytes: -1, workdir: 'tmp' })).toThrow(
