@@ -55,9 +55,14 @@ export async function detachLoop(device: string): Promise<void> {
   }
 }
 
-/** Mount an EROFS image read-only. `device`: the blob device of a split image. */
+/**
+ * Mount an EROFS image read-only, nosuid and nodev: its content is what
+ * sandboxes wrote, and no host process should gain anything from it (inside
+ * a sandbox, the overlay's own mount decides). `device`: the blob device of a
+ * split image.
+ */
 export async function mountErofs(source: string, target: string, options: { device?: string } = {}): Promise<void> {
-  const mountOptions = ['ro', ...(options.device ? [`device=${options.device}`] : [])].join(',');
+  const mountOptions = ['ro', 'nosuid', 'nodev', ...(options.device ? [`device=${options.device}`] : [])].join(',');
   await run('mount', ['-t', 'erofs', '-o', mountOptions, source, target]);
 }
 

@@ -145,6 +145,13 @@ export class LayerStore {
     }
     const folders = ['layers', 'refs', 'inuse', 'staging'].map((sub) => join(this.dir, sub));
     await Promise.all([...folders, this.localStagingDir].map((dir) => fs.mkdir(dir, { recursive: true })));
+    // Layers hold what sandboxes wrote (snapshots, builds), setuid-root programs
+    // included: where content lies, trees or mounts, only root may reach it.
+    const contentFolders = [join(this.dir, 'layers'), this.stagingDir, this.localStagingDir, join(this.localDir, 'mnt')];
+    for (const dir of contentFolders) {
+      await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+      await fs.chmod(dir, 0o700);
+    }
     await sweepStaging(this.stagingDir, this.log, this.name);
     if (this.localStagingDir !== this.stagingDir) await sweepStaging(this.localStagingDir, this.log, this.name);
     const chosen = await chooseFormats(

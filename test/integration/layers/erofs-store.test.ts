@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { chmodSync, promises as fs, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -16,6 +17,11 @@ afterEach(async () => {
 
 const hexOf = (digest: string) => digest.slice('sha256:'.length);
 const layersDir = () => join(ws.store.dir, 'layers');
+/** Whether the unprivileged user `nobody` can reach `path` on the host. */
+const nobodyReaches = (path: string): boolean => spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', 'test', '-e', path]).status === 0;
+/** A layer holding what a sandbox can plant in its writable layer, and a snapshot or build publishes: a setuid-root program. */
+const publishSetuid = (store: StoreWorkspace) =>
+  store.publishDir('planted@1.0.0', { 'bin/escalate': '#!/bin/sh\nid\n' }, 'base', (dir) => fs.chmod(join(dir, 'bin/escalate'), 0o4755));
 /** The options a mount point is mounted with, from /proc/self/mounts. */
 function mountOptions(path: string): string[] {
   const line = readFileSync('/proc/self/mounts', 'utf8').split('\n').find((entry) => entry.split(' ')[1] === path);
@@ -55,6 +61,23 @@ describe('the EROFS format', () => {
     await ws.store.release('sb-2');
     expect(leftovers(ws.root)).toEqual({ mounts: [], loops: [] });
     await ws.store.release('sb-2');
+  });
+
+  it('keeps layer content (setuid programs included) out of host users\' reach: root-only store folders, images mounted nosuid and nodev', async () => {
+    // A store in a world-traversable place, as /var/lib/dsec would be.
+    chmodSync(ws.root, 0o755);
+    const record = await publishSetuid(ws);
+    const [layer] = await ws.store.resolve('sb-1', [refOf(record)]);
+    try {
+      const planted = join(layer.path, 'bin/escalate');
+      expect((await fs.stat(planted)).mode & 0o7777).toBe(0o4755);
+      expect(mountOptions(layer.path)).toEqual(expect.arrayContaining(['ro', 'nosuid', 'nodev']));
+      expect(nobodyReaches(ws.store.dir)).toBe(true);
+      expect(nobodyReaches(planted)).toBe(false);
+      for (const folder of ['layers', 'staging', 'mnt']) expect((await fs.stat(join(ws.store.dir, folder))).mode & 0o777, folder).toBe(0o700);
+    } finally {
+      await ws.store.release('sb-1');
+    }
   });
 
   it('builds lz4hc images instead of lz4 when asked', async () => {
@@ -184,6 +207,21 @@ describe('the fallback to directory trees', () => {
   it('refuses to open when EROFS is demanded and cannot be mounted', async () => {
     const store = ws.reopen({ format: 'erofs', probe: async () => ({ whole: 'no loop devices' }) });
     await expect(store.list()).rejects.toThrow('test-store: format erofs was asked for, but EROFS cannot be mounted here: no loop devices');
+  });
+
+  it('keeps layer trees (setuid programs included) out of host users\' reach', async () => {
+    chmodSync(ws.root, 0o755);
+    const trees = await makeStoreWorkspace({ format: 'tree' });
+    try {
+      chmodSync(trees.root, 0o755);
+      const record = await publishSetuid(trees);
+      const planted = join(trees.store.dir, 'layers', hexOf(record.digest), 'bin/escalate');
+      expect((await fs.stat(planted)).mode & 0o7777).toBe(0o4755);
+      expect(nobodyReaches(trees.store.dir)).toBe(true);
+      expect(nobodyReaches(planted)).toBe(false);
+    } finally {
+      await trees.cleanup();
+    }
   });
 
   it('re-digests a tree before its first use and refuses one changed in the store', async () => {
