@@ -18,13 +18,21 @@ export interface OverlayDirs {
   readonly target: string;
 }
 
+/**
+ * What the upper dir must be whatever the host's overlay defaults: whole.
+ * A snapshot copies the upper dir alone, so a metadata-only copy-up (a file
+ * whose data stays below) or a redirected directory (whose content stays
+ * below) would be lost from it; the index is only for those features.
+ */
+const SELF_CONTAINED_UPPER = 'redirect_dir=off,metacopy=off,index=off';
+
 /** overlayfs wants the top layer first; `lowerDirs` come bottom to top. */
 export function overlayOptions(dirs: OverlayDirs): string {
   const all = [...dirs.lowerDirs, dirs.upperDir, dirs.workDir];
   const bad = all.find((dir) => /[,:\n]/.test(dir) || !dir.startsWith('/'));
   if (bad !== undefined) throw new Error(`overlay directory ${JSON.stringify(bad)} must be absolute and free of ',' and ':'`);
   if (dirs.lowerDirs.length === 0) throw new Error('no layers were resolved for the sandbox (is a storage plugin loaded?)');
-  const options = `lowerdir=${[...dirs.lowerDirs].reverse().join(':')},upperdir=${dirs.upperDir},workdir=${dirs.workDir}`;
+  const options = `lowerdir=${[...dirs.lowerDirs].reverse().join(':')},upperdir=${dirs.upperDir},workdir=${dirs.workDir},${SELF_CONTAINED_UPPER}`;
   if (options.length > MAX_MOUNT_OPTIONS) {
     throw new Error(`the overlay mount options are ${options.length} bytes, over the kernel's limit of ${MAX_MOUNT_OPTIONS}: too many or too deep layer paths`);
   }

@@ -92,8 +92,14 @@ describe('bundle config', () => {
 describe('overlay options', () => {
   it('lists the top layer first, as overlayfs wants', () => {
     expect(overlayOptions({ lowerDirs: ['/l/base', '/l/workspace', '/l/tools'], upperDir: '/s/upper', workDir: '/s/work', target: '/s/rootfs' })).toBe(
-      'lowerdir=/l/tools:/l/workspace:/l/base,upperdir=/s/upper,workdir=/s/work',
+      'lowerdir=/l/tools:/l/workspace:/l/base,upperdir=/s/upper,workdir=/s/work,redirect_dir=off,metacopy=off,index=off',
     );
+  });
+
+  it('keeps the upper dir self-contained whatever the host defaults: no metadata-only copy-up, no directory redirects', () => {
+    // A snapshot copies the upper dir alone: a metacopy file (no data) or a redirected dir (content left below) would be lost.
+    const options = overlayOptions({ lowerDirs: ['/l/base'], upperDir: '/s/upper', workDir: '/s/work', target: '/s/rootfs' }).split(',');
+    expect(options).toEqual(expect.arrayContaining(['metacopy=off', 'redirect_dir=off', 'index=off']));
   });
 
   it('refuses paths that would break the option string, and an empty stack', () => {
