@@ -185,7 +185,10 @@ export async function runLayersStart(settings: LayersStartSettings): Promise<boo
     const contentDir = settings.contentDir ?? path.join(work, 'content');
     const contentOptions = { totalBytes: Math.round(settings.gib * 1024 ** 3) };
     // The archive is made while the layer is published (both take a while; 2 cores).
-    archiving = archiveOf(contentDir, await generateContent(contentDir, contentOptions));
+    const generating = performance.now();
+    const content = await generateContent(contentDir, contentOptions);
+    if (!content.reused) log(`generated the content in ${fixed((performance.now() - generating) / 1000, 1)} s`);
+    archiving = archiveOf(contentDir, content);
     archiving.catch(() => undefined); // awaited below; a failure of the setup must not leave it unhandled
     fixture = await setUpFixture(work, { name: 'layers-start', contentDir, content: contentOptions, log }, started);
     const disk = await diskOf(work);

@@ -53,6 +53,8 @@ export interface ContentOptions {
 
 export interface Content {
   readonly tree: string;
+  /** True when an earlier generation in the same folder was reused (not stored). */
+  readonly reused?: boolean;
   readonly files: readonly ContentFile[];
   readonly totalBytes: number;
   readonly options: Required<ContentOptions>;
@@ -268,7 +270,7 @@ export async function generateContent(dir: string, options: ContentOptions = {})
     .then((text) => JSON.parse(text) as Content)
     .catch(() => undefined);
   if (existing && existing.generatorVersion === GENERATOR_VERSION && JSON.stringify(existing.options) === JSON.stringify(settings)) {
-    return { ...existing, tree };
+    return { ...existing, tree, reused: true };
   }
   await fs.rm(described, { force: true });
   await fs.rm(tree, { recursive: true, force: true });

@@ -19,7 +19,7 @@ import { AgentClient } from '../../core/agent/client.js';
 import { agentStatus, startAgentDaemon, stopAgent } from '../../core/agent/daemon.js';
 import { agentPaths } from '../../core/agent/layout.js';
 import { detachLoop, loopsBackedBy, mountsUnder, unmount } from '../../core/layers/index.js';
-import type { LayerRecord, LayerRef, SandboxSpec, StorageStats } from '../../core/live.js';
+import type { LayerRecord, LayerRef, SandboxInfo, SandboxSpec, StorageStats } from '../../core/live.js';
 import type { LayerModel, PluginRef } from '../../core/model.js';
 import { BUILTIN_PLUGINS } from '../../core/plugins.js';
 import { removeCgroupDirs } from '../../plugins/backend-container/cgroups.js';
@@ -39,6 +39,9 @@ export function storage3fsRef(options: Record<string, unknown>): PluginRef {
   if (!file) throw new Error(`the storage-3fs plugin is not there (${dir}): has it landed, and was npm run build run?`);
   return { name: file, options };
 }
+
+/** A create or destroy that takes longer is a hang: fail (and clean up) rather than wait forever. */
+const REQUEST_TIMEOUT_MS = 120_000;
 
 /** Small limits, so 32 sandboxes fit any machine. */
 const RESOURCES = { cpu: 0.25, memoryMiB: 128, pids: 64 };
@@ -79,8 +82,13 @@ export class LayerAgent {
     return agent;
   }
 
-  publish(layer: LayerModel): Promise<LayerRecord> {
-    return this.client.publishLayer(layer);
+  /**
+   * Publish through the agent, given up after `timeoutMs` (a GiB layer takes
+   * ~30-60 s here): a publish that never answers must fail the benchmark
+   * and let it clean up, not hang it.
+   */
+  publish(layer: LayerModel, timeoutMs = 15 * 60_000): Promise<LayerRecord> {
+    return this.client.request<LayerRecord>('POST', '/v1/layers', { layer }, timeoutMs);
   }
 
   storage(): Promise<StorageStats> {
@@ -89,7 +97,7 @@ export class LayerAgent {
 
   /** Create one sandbox and wait until it answers `true`. */
   async startReady(spec: SandboxSpec): Promise<void> {
-    const info = await this.client.createSandbox(spec);
+    const info = await this.client.request<SandboxInfo>('POST', '/v1/sandboxes', { spec }, REQUEST_TIMEOUT_MS);
     if (info.status !== 'running') throw new Error(`sandbox ${spec.id} is ${info.status} after create: ${info.error ?? ''}`);
     const result = await this.client.exec(spec.id, { cmd: ['true'], timeoutMs: 30_000 });
     if (result.exitCode !== 0) throw new Error(`exec true in ${spec.id} exited ${result.exitCode ?? result.signal}: ${result.stderr}`);
@@ -102,7 +110,7 @@ export class LayerAgent {
 
   async destroy(ids: readonly string[], parallel: number): Promise<void> {
     await pool(ids.length, parallel, async (index) => {
-      await this.client.destroySandbox(ids[index]);
+      await this.client.request('DELETE', `/v1/sandboxes/${encodeURIComponent(ids[index])}`, undefined, REQUEST_TIMEOUT_MS);
     });
   }
 

@@ -75,7 +75,8 @@ export async function setUpFixture(work: string, options: FixtureOptions, starte
   const contentDir = options.contentDir ?? path.join(work, 'content');
   const generating = performance.now();
   const content = await generateContent(contentDir, options.content);
-  options.log(`content: ${describeContent(content)} (${((performance.now() - generating) / 1000).toFixed(1)} s, in ${contentDir})`);
+  const how = content.reused ? 'generated earlier' : `generated in ${((performance.now() - generating) / 1000).toFixed(1)} s`;
+  options.log(`content: ${describeContent(content)} (${how}, in ${contentDir})`);
 
   const store = path.join(work, '3fs');
   await mkdir(store);
