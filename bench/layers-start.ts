@@ -141,20 +141,16 @@ async function dsecWay(
   const ids = Array.from({ length: settings.count }, (_, i) => `${way === 'on-demand' ? 'od' : 'pc'}-r${round}-${i}`);
   const loops = await loopReadCounters();
   const before = await disk.counters();
-  let seconds: number;
-  let blobRead: number | undefined;
-  let source: string | undefined;
   try {
-    seconds = await agent.startAllReady(
+    const seconds = await agent.startAllReady(
       ids.map((id) => sandboxSpec(id, fixture.layers)),
       settings.parallel,
     );
     await syncDisks();
     const after = await disk.counters();
     const mount = mountOf(await agent.storage(), fixture.layer.digest);
-    blobRead = mount?.device ? await loopBytesReadSince(mount.device, loops) : undefined;
-    source = mount?.source;
-    return { seconds, disk: countersDelta(before, after), blobRead, source };
+    const blobRead = mount?.device ? await loopBytesReadSince(mount.device, loops) : undefined;
+    return { seconds, disk: countersDelta(before, after), blobRead, source: mount?.source };
   } finally {
     await agent.destroy(ids, settings.parallel).catch((error: Error) => log(`destroying ${way} sandboxes: ${error.message}`));
     await waitUnmounted(agent, fixture.layer.digest, log);
