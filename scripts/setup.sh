@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
-[ -x /bin/busybox ] || need+=(busybox-static)
+# The static build: a base layer's /bin/sh must run without the host's libc.
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v mkfs.erofs >/dev/null 2>&1 || need+=(erofs-utils)
 # getfattr/setfattr: overlay opaque directories are an xattr, which node cannot read or write.
 command -v setfattr >/dev/null 2>&1 || need+=(attr)
