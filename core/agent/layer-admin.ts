@@ -10,7 +10,7 @@ import { mkdir, readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { DsecError } from '../errors.js';
 import type { Hooks, NodeContext, SandboxContext } from '../hooks.js';
-import { walkTree, type EntryType } from '../layers/index.js';
+import { walkTree, type TreeEntry } from '../layers/index.js';
 import type { LayerRecord, SandboxSpec } from '../live.js';
 import { removeTree } from './files.js';
 
@@ -28,16 +28,8 @@ export interface GcResult {
   readonly kept: readonly { readonly ref: string; readonly reason: string }[];
 }
 
-export interface LayerListingEntry {
-  readonly path: string;
-  readonly type: EntryType;
-  readonly mode: number;
-  readonly uid: number;
-  readonly gid: number;
-  readonly size: number;
-  readonly target?: string;
-  readonly opaque?: boolean;
-}
+/** One entry of a layer's listing as the API serves it: the tree entry without its host stat. */
+export type LayerListingEntry = Omit<TreeEntry, 'stat'>;
 
 export interface LayerListing {
   readonly ref: string;
