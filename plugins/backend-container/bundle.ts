@@ -6,6 +6,19 @@
 import { SECCOMP_PROFILE } from './seccomp.js';
 
 /**
+ * The host's static busybox, bind-mounted read-only into every sandbox at
+ * SANDBOX_BUSYBOX: the init and the exec wrapper run it, never the sandbox's
+ * own /bin/sh or `sleep`, which code inside may replace (and so forge the
+ * status and output of every later exec, or break its init). `/.dsec` is
+ * also in the read-only paths, so it becomes a mountpoint of its own: a
+ * sandbox can neither rename it away (taking the bind along) and plant its
+ * own `/.dsec/busybox`, nor add files to it.
+ */
+export const HOST_BUSYBOX = '/bin/busybox';
+export const SANDBOX_PRIVATE_DIR = '/.dsec';
+export const SANDBOX_BUSYBOX = `${SANDBOX_PRIVATE_DIR}/busybox`;
+
+/**
  * The sandbox's PID 1. ash's `wait` reaps orphans re-parented to it, and a
  * TERM ends it cleanly; the sleep is only there so the loop does not spin.
  * runc hands the init its own stdio, the host's `init.log`: the init trades
@@ -13,9 +26,10 @@ import { SECCOMP_PROFILE } from './seccomp.js';
  * (or learn its path) through /proc/1/fd.
  */
 export const SANDBOX_INIT = Object.freeze([
-  '/bin/sh',
+  SANDBOX_BUSYBOX,
+  'sh',
   '-c',
-  "exec </dev/null >/dev/null 2>&1; trap 'exit 0' TERM; while :; do sleep 2147483647 & wait; done",
+  `exec </dev/null >/dev/null 2>&1; trap 'exit 0' TERM; while :; do ${SANDBOX_BUSYBOX} sleep 2147483647 & wait; done`,
 ]);
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -61,7 +75,7 @@ export const MASKED_PATHS = Object.freeze([
   '/proc/kpagecount',
 ]);
 
-export const READONLY_PATHS = Object.freeze(['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger']);
+export const READONLY_PATHS = Object.freeze(['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger', SANDBOX_PRIVATE_DIR]);
 
 export const CPU_PERIOD_US = 100_000;
 const MIB = 1024 * 1024;
@@ -86,6 +100,8 @@ export interface BundleInput {
   readonly cgroupsPath: string;
   /** @default 65536 */
   readonly maxOpenFiles?: number;
+  /** The host's static busybox to bind-mount at SANDBOX_BUSYBOX. @default HOST_BUSYBOX */
+  readonly hostBusybox?: string;
 }
 
 /** The cgroup limits for a sandbox's resources, in the OCI `linux.resources` shape. */
@@ -161,6 +177,8 @@ export function bundleConfig(input: BundleInput) {
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
       // The sandbox's own cgroup, read-only (cgroup namespace): lets tools see their limits.
       { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+      // runc creates the mountpoint (and /.dsec) in the upper layer; snapshots leave /.dsec out.
+      { destination: SANDBOX_BUSYBOX, type: 'bind', source: input.hostBusybox ?? HOST_BUSYBOX, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     ],
     linux: {
       resources: linuxResources(input.resources, input.qos),

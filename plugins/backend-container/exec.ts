@@ -17,6 +17,7 @@ import { readdir, readFile, rm } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import type { Readable } from 'node:stream';
 import type { ExecRequest, ExecResult } from '../../core/plugin-api.js';
+import { SANDBOX_BUSYBOX } from './bundle.js';
 import type { Runtime } from './runtime.js';
 
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
@@ -26,13 +27,25 @@ const DRAIN_MS = 100;
 /** After a timeout kill, how long runc gets to report before it is killed too. */
 const RUNTIME_KILL_GRACE_MS = 5_000;
 
-/** Runs "$@" with stdout on fd 3 and stderr on fd 4, then exits with its status. */
-export const EXEC_WRAPPER = Object.freeze([
-  '/bin/sh',
-  '-c',
-  '"$@" >&3 2>&4 3>&- 4>&-; status=$?; exec 3>&- 4>&-; exit $status',
-  'dsec-exec',
-]);
+/**
+ * Runs the command with stdout on fd 3 and stderr on fd 4, then exits with
+ * its status. The shell is the host's busybox (see SANDBOX_BUSYBOX), so the
+ * sandbox cannot forge a status by replacing its /bin/sh. That busybox
+ * prefers its own applets and builtins to PATH, so the wrapper looks a bare
+ * command name up in the sandbox's PATH itself: the command run is still the
+ * sandbox's own binary, as with the sandbox's shell before.
+ */
+const EXEC_SCRIPT = [
+  'cmd=$1; shift',
+  'case $cmd in */*) ;; *) found=; set -f; IFS=:',
+  'for dir in $PATH; do if [ -f "${dir:-.}/$cmd" ] && [ -x "${dir:-.}/$cmd" ]; then found=${dir:-.}/$cmd; break; fi; done',
+  'unset IFS; set +f',
+  'if [ -z "$found" ]; then echo "dsec-exec: $cmd: not found" >&4; exit 127; fi',
+  'cmd=$found;; esac',
+  '"$cmd" "$@" >&3 2>&4 3>&- 4>&-; status=$?; exec 3>&- 4>&-; exit $status',
+].join('\n');
+
+export const EXEC_WRAPPER = Object.freeze([SANDBOX_BUSYBOX, 'sh', '-c', EXEC_SCRIPT, 'dsec-exec']);
 
 export interface ExecOptions {
   readonly containerId: string;

@@ -14,7 +14,7 @@
  * It imports only the public plugin API, like any third-party backend.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { lstat, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   DsecError,
@@ -28,7 +28,7 @@ import {
   type Resources,
   type SandboxContext,
 } from '../../core/plugin-api.js';
-import { bundleConfig, cpuShares, CPU_PERIOD_US } from './bundle.js';
+import { bundleConfig, cpuShares, CPU_PERIOD_US, HOST_BUSYBOX, SANDBOX_PRIVATE_DIR } from './bundle.js';
 import { removeCgroupDirs } from './cgroups.js';
 import { killInit, processStartTime, quickProbe } from './liveness.js';
 import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
@@ -126,11 +126,16 @@ async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<tru
   const record: ContainerRecord = { handle: cid, runtime: runtime.name, containerId: cid, cgroupsPath: cgroupsPathOf(cid) };
   sandbox.backend = { ...record };
 
+  await requireHostBusybox();
   await Promise.all([mkdir(paths.upper, { recursive: true }), mkdir(paths.work, { recursive: true }), mkdir(paths.rootfs, { recursive: true })]);
   await mountOverlay({ lowerDirs: sandbox.lowerDirs, upperDir: paths.upper, workDir: paths.work, target: paths.rootfs });
 
-  const shell = await lstat(path.join(paths.rootfs, 'bin/sh')).catch(() => undefined);
-  if (!shell) throw new Error('the layers have no /bin/sh, which the sandbox init runs; the base layer must provide one');
+  // runc resolves the bind's destination inside the rootfs: a layer's /.dsec that is no directory
+  // (a symlink, say) would move the mount somewhere the init and exec wrapper do not look.
+  const privateDir = await lstat(path.join(paths.rootfs, SANDBOX_PRIVATE_DIR)).catch(() => undefined);
+  if (privateDir && !privateDir.isDirectory()) {
+    throw new Error(`the layers hold ${SANDBOX_PRIVATE_DIR}, which is reserved for dsec; remove it from the layer that holds it`);
+  }
 
   const config = bundleConfig({
     sandboxId: sandbox.spec.id,
@@ -151,6 +156,16 @@ async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<tru
   const initStart = Number.isInteger(initPid) ? await processStartTime(initPid) : undefined;
   sandbox.backend = { ...record, ...(Number.isInteger(initPid) ? { initPid } : {}), ...(initStart ? { initStart } : {}) };
   return true;
+}
+
+/** The init and every exec run the host's static busybox (see bundle.ts): without it no sandbox can start. */
+async function requireHostBusybox(): Promise<void> {
+  const found = await stat(HOST_BUSYBOX).catch(() => undefined);
+  if (!found?.isFile()) {
+    throw new Error(
+      `${HOST_BUSYBOX} is missing on this machine; the sandbox init and exec wrapper run it. Install busybox-static (scripts/setup.sh does).`,
+    );
+  }
 }
 
 async function exec(runtime: Runtime, sandbox: SandboxContext, request: ExecRequest, defaultCap?: number): Promise<ExecResult> {

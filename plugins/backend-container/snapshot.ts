@@ -17,6 +17,7 @@ import { lstat, readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { isWhiteout, type SnapshotRequest, type SnapshotResult } from '../../core/plugin-api.js';
+import { SANDBOX_PRIVATE_DIR } from './bundle.js';
 import { runRuntime, runRuntimeOk, type Runtime } from './runtime.js';
 
 const execFileAsync = promisify(execFile);
@@ -44,7 +45,8 @@ export async function snapshotContainer(runtime: Runtime, target: SnapshotTarget
   } finally {
     if (freeze) await runRuntimeOk(runtime, ['resume', target.containerId]);
   }
-  for (const excluded of request.exclude) await removeInside(request.into, excluded);
+  // runc leaves the busybox mountpoint (SANDBOX_PRIVATE_DIR) in the upper dir: it is never part of a layer.
+  for (const excluded of [SANDBOX_PRIVATE_DIR, ...request.exclude]) await removeInside(request.into, excluded);
   const skipped = await dropUnstorable(request.into);
   return { dir: request.into, skipped };
 }

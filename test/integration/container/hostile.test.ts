@@ -105,6 +105,8 @@ describe('a hostile sandbox', () => {
       expect(entries.has('root/to-host-file')).toBe(false);
       expect(entries.has('root/fifo')).toBe(false);
       expect(entries.get('root/mine.txt')).toMatchObject({ type: 'file', size: 5 });
+      // runc's mountpoint for the host busybox is never part of a layer.
+      expect([...entries.keys()].filter((entry) => entry === '.dsec' || entry.startsWith('.dsec/'))).toEqual([]);
       // The hard link is the sandbox's own copied-up passwd, never a host file.
       await agent.client.createSandbox(spec('reader', [agent.baseLayer, { name: record.name, version: record.version, digest: record.digest }]));
       const read = await sh('reader', 'cat /root/passwd-link; cat /root/to-host-dir/host-marker.txt 2>&1; true');
@@ -113,6 +115,45 @@ describe('a hostile sandbox', () => {
     } finally {
       await agent.client.destroySandbox('reader');
       await agent.client.destroySandbox('planter');
+    }
+  });
+});
+
+describe('a sandbox that replaces its own shell', () => {
+  it('cannot forge the status or output of a later exec, nor write, move or unmount the host busybox the init and wrapper run', async () => {
+    const busyboxHash = sha256Of('/bin/busybox');
+    await agent.client.createSandbox(spec('forger'));
+    try {
+      // rm first: /bin/sh is a symlink to the sandbox's busybox, which `false` still needs.
+      const planted = await sh('forger', "rm /bin/sh && printf '#!/bin/busybox sh\\necho forged\\nexit 0\\n' > /bin/sh && chmod 755 /bin/sh && echo planted");
+      expect(planted).toMatchObject({ exitCode: 0, stdout: 'planted\n' });
+      // The user's command is still the sandbox's own: its /bin/sh is now the forger.
+      await expect(sh('forger', 'exit 3')).resolves.toMatchObject({ exitCode: 0, stdout: 'forged\n' });
+
+      const falseResult = await agent.client.exec('forger', { cmd: ['false'], timeoutMs: 30_000 });
+      expect(falseResult.exitCode).toBe(1);
+      expect(falseResult.stdout).not.toContain('forged');
+
+      const attempts = [
+        'echo x > /.dsec/busybox',
+        'rm -f /.dsec/busybox',
+        'mv /.dsec /moved',
+        'touch /.dsec/planted',
+        'chmod 777 /.dsec/busybox',
+        'umount /.dsec/busybox',
+        'umount -l /.dsec',
+      ];
+      const script = `for t in ${attempts.map((attempt) => `'${attempt}'`).join(' ')}; do if (eval "$t") 2>/dev/null; then echo "allowed: $t"; fi; done; tr '\\0' ' ' < /proc/1/cmdline`;
+      const probed = await agent.client.exec('forger', { cmd: ['/bin/busybox', 'sh', '-c', script], timeoutMs: 30_000 });
+      expect(probed.exitCode).toBe(0);
+      expect(probed.stdout).not.toContain('allowed:');
+      expect(probed.stdout.startsWith('/.dsec/busybox sh -c ')).toBe(true);
+      expect(sha256Of('/bin/busybox')).toBe(busyboxHash);
+      // The init is alive and the wrapper still reports true statuses.
+      await expect(agent.client.exec('forger', { cmd: ['true'] })).resolves.toMatchObject({ exitCode: 0, stdout: '' });
+      await expect(agent.client.getSandbox('forger')).resolves.toMatchObject({ status: 'running' });
+    } finally {
+      await agent.client.destroySandbox('forger');
     }
   });
 });

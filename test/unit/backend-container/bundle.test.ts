@@ -2,9 +2,13 @@
  * The container backend's pure parts: the OCI config a sandbox gets, the
  * overlay options, the exec command line and how exit statuses read.
  */
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { bundleConfig, cpuShares, envList, type BundleInput } from '../../../plugins/backend-container/bundle.js';
-import { execArgs, exitStatus } from '../../../plugins/backend-container/exec.js';
+import { EXEC_WRAPPER, execArgs, exitStatus } from '../../../plugins/backend-container/exec.js';
 import backendContainer, { containerId } from '../../../plugins/backend-container/index.js';
 import { overlayOptions } from '../../../plugins/backend-container/rootfs.js';
 import { DENIED_SYSCALLS } from '../../../plugins/backend-container/seccomp.js';
@@ -24,7 +28,12 @@ describe('bundle config', () => {
   const config = bundleConfig(input);
 
   it('runs the sandbox init with the spec environment, cwd and hostname', () => {
-    expect(config.process.args).toEqual(['/bin/sh', '-c', "exec </dev/null >/dev/null 2>&1; trap 'exit 0' TERM; while :; do sleep 2147483647 & wait; done"]);
+    expect(config.process.args).toEqual([
+      '/.dsec/busybox',
+      'sh',
+      '-c',
+      "exec </dev/null >/dev/null 2>&1; trap 'exit 0' TERM; while :; do /.dsec/busybox sleep 2147483647 & wait; done",
+    ]);
     expect(config.process.env).toEqual(['APP=x', 'LANG=C.UTF-8', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']);
     expect(config.process.cwd).toBe('/work');
     expect(config.process.terminal).toBe(false);
@@ -51,17 +60,22 @@ describe('bundle config', () => {
     expect(nonRoot.process.user).toEqual({ uid: 1000, gid: 1000, additionalGids: [27] });
   });
 
-  it('bind-mounts nothing of the host and mounts /sys read-only', () => {
-    expect(config.mounts.some((mount) => mount.type === 'bind' || mount.options.includes('bind') || mount.options.includes('rbind'))).toBe(false);
+  it('bind-mounts nothing of the host but its static busybox, read-only at /.dsec, and mounts /sys read-only', () => {
+    const binds = config.mounts.filter((mount) => mount.type === 'bind' || mount.options.includes('bind') || mount.options.includes('rbind'));
+    expect(binds).toEqual([{ destination: '/.dsec/busybox', type: 'bind', source: '/bin/busybox', options: ['rbind', 'ro', 'nosuid', 'nodev'] }]);
+    expect(bundleConfig({ ...input, hostBusybox: '/opt/busybox' }).mounts.at(-1)?.source).toBe('/opt/busybox');
     expect(config.mounts.find((mount) => mount.destination === '/sys')?.options).toEqual(['nosuid', 'noexec', 'nodev', 'ro']);
-    expect(config.mounts.map((mount) => mount.destination)).toEqual(['/proc', '/dev', '/dev/pts', '/dev/shm', '/dev/mqueue', '/sys', '/sys/fs/cgroup']);
+    expect(config.mounts.map((mount) => mount.destination)).toEqual([
+      '/proc', '/dev', '/dev/pts', '/dev/shm', '/dev/mqueue', '/sys', '/sys/fs/cgroup', '/.dsec/busybox',
+    ]);
   });
 
   it('masks the kpage* files and makes kernel knobs read-only', () => {
     expect(config.linux.maskedPaths).toEqual(expect.arrayContaining(['/proc/kpagecgroup', '/proc/kpageflags', '/proc/kpagecount', '/proc/kcore', '/sys/firmware']));
     // Container root is host root here: the RAPL energy counters would be readable.
     expect(config.linux.maskedPaths).toContain('/sys/devices/virtual/powercap');
-    expect(config.linux.readonlyPaths).toEqual(['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger']);
+    // /.dsec read-only makes it a mountpoint: it cannot be renamed away with the busybox bind inside.
+    expect(config.linux.readonlyPaths).toEqual(['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger', '/.dsec']);
   });
 
   it('sets memory without swap, pids, CPU quota and QoS shares, under /dsec', () => {
@@ -112,7 +126,28 @@ describe('exec', () => {
   it('runs the command through the output wrapper with env, cwd and a pid file', () => {
     const args = execArgs({ containerId: 'c1', pidFile: '/s/exec.pid', request: { cmd: ['ls', '-l'], env: { A: '1' }, workdir: '/tmp' } });
     expect(args.slice(0, 10)).toEqual(['exec', '--preserve-fds', '2', '--pid-file', '/s/exec.pid', '--env', 'A=1', '--cwd', '/tmp', 'c1']);
-    expect(args.slice(-2)).toEqual(['ls', '-l']);
+    expect(args.slice(10, 13)).toEqual(['/.dsec/busybox', 'sh', '-c']);
+    expect(args.slice(14)).toEqual(['dsec-exec', 'ls', '-l']);
+  });
+
+  it('runs a bare command name from PATH, not a busybox applet or builtin, and keeps its status and streams apart', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'dsec-exec-wrapper-'));
+    try {
+      await writeFile(path.join(dir, 'ls'), '#!/bin/busybox sh\necho "path ls $*"; echo oops >&2; exit 5\n', { mode: 0o755 });
+      const run = (cmd: string[]) => {
+        const result = spawnSync('/bin/busybox', [...EXEC_WRAPPER.slice(1), ...cmd], {
+          env: { PATH: `${dir}:/usr/bin:/bin` },
+          stdio: ['ignore', 'ignore', 'ignore', 'pipe', 'pipe'],
+        });
+        return { status: result.status, out: String(result.output[3]), err: String(result.output[4]) };
+      };
+      expect(run(['ls', 'a b', '*'])).toEqual({ status: 5, out: 'path ls a b *\n', err: 'oops\n' });
+      expect(run(['false'])).toEqual({ status: 1, out: '', err: '' });
+      expect(run(['no-such-command'])).toEqual({ status: 127, out: '', err: 'dsec-exec: no-such-command: not found\n' });
+      expect(run(['/bin/sh', '-c', 'exit 3'])).toMatchObject({ status: 3 });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses a default output cap over what the agent can hold in memory', () => {
