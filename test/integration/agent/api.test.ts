@@ -101,22 +101,23 @@ describe('agent API', () => {
 
   it('keeps a failed create as failed with its error, cleaned up, until it is destroyed or created again', async () => {
     if (agent.layerDirs['busybox@1.0.0']) return; // needs storage-local to publish a second layer
-    const empty = path.join(agent.tmp, 'no-shell');
-    mkdirSync(path.join(empty, 'etc'), { recursive: true });
-    writeFileSync(path.join(empty, 'etc/motd'), 'no shell here\n');
-    const noShell = await agent.client.publishLayer({ ref: 'no-shell@1.0.0', name: 'no-shell', version: '1.0.0', kind: 'base', source: { type: 'dir', path: empty } });
-    const error = await agent.client.createSandbox(spec('broken', { layers: [noShell] })).catch((e) => e);
+    // A layer may not hold /.dsec, where the backend binds the host's busybox: provision fails.
+    const squatter = path.join(agent.tmp, 'squatter');
+    mkdirSync(squatter, { recursive: true });
+    writeFileSync(path.join(squatter, '.dsec'), 'not a directory\n');
+    const bad = await agent.client.publishLayer({ ref: 'squatter@1.0.0', name: 'squatter', version: '1.0.0', kind: 'toolkit', source: { type: 'dir', path: squatter } });
+    const error = await agent.client.createSandbox(spec('broken', { layers: [agent.baseLayer, bad] })).catch((e) => e);
     expect(error).toMatchObject({ code: 'DSEC_BACKEND_FAILED' });
-    expect(error.message).toMatch(/failed to provision sandbox broken: the layers have no \/bin\/sh/);
+    expect(error.message).toMatch(/failed to provision sandbox broken: the layers hold \/\.dsec, which is reserved for dsec/);
     const failed = await agent.client.getSandbox('broken');
-    expect(failed).toMatchObject({ status: 'failed', error: expect.stringContaining('/bin/sh') });
+    expect(failed).toMatchObject({ status: 'failed', error: expect.stringContaining('/.dsec') });
     expect(mountPointsUnder(path.join(agent.root, 'sandboxes/broken'))).toEqual([]);
     expect(runcContainers()).not.toContain(agent.containerId('broken'));
 
     const fixed = await agent.client.createSandbox(spec('broken'));
     expect(fixed.status).toBe('running');
     await agent.client.destroySandbox('broken');
-    await agent.client.unpublishLayer('no-shell', '1.0.0');
+    await agent.client.unpublishLayer('squatter', '1.0.0');
   });
 
   it('refuses to unpublish a layer a sandbox uses', async () => {
