@@ -5,17 +5,8 @@
  * write (carriage return, line feed, cursor column, erase line, save and
  * restore cursor). Anything garbled on a terminal is garbled here too.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { DSEC_BIN, type Project, type RunResult } from './harness.js';
-
-export function hasScript(): boolean {
-  try {
-    execFileSync('script', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** `dsec args` with stdin, stdout and stderr on one pty; `input` is typed in. `stdout` holds the raw bytes. */
 export function runOnTerminal(project: Project, args: readonly string[], input = ''): Promise<RunResult> {

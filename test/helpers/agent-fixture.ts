@@ -64,7 +64,11 @@ export class TestAgent {
     // realpath: /tmp may be a symlink, and mount points are reported resolved.
     const tmp = realpathSync(mkdtempSync(path.join(tmpdir(), 'dsec-agent-')));
     const root = path.join(tmp, 'agent');
-    const storage = options.storage ?? (existsSync(STORAGE_LOCAL_BUILT) ? 'storage-local' : 'fixed');
+    // The real store unless a test asks for the fixed-layers stand-in; tests run after `npm run build`.
+    const storage = options.storage ?? 'storage-local';
+    if (storage === 'storage-local' && !existsSync(STORAGE_LOCAL_BUILT)) {
+      throw new Error(`${STORAGE_LOCAL_BUILT} is missing: run npm run build before the integration tests`);
+    }
     const plugins: PluginRef[] = [...(options.backends ?? [{ name: 'backend-container', options: options.backendOptions ?? {} }])];
     let fixedLayers: Record<string, string> = {};
     if (storage === 'storage-local') plugins.unshift({ name: 'storage-local', options: {} });
