@@ -23,6 +23,7 @@ import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LiveView, type SandboxInfo
 import type { ConfigModel, EnvironmentModel, FleetModel, LayerModel } from '../core/model.js';
 import type { FleetState, Plan, PlanInput, SandboxState, StateFile } from '../core/plan.js';
 import { fixed, median, table } from './lib/measure.js';
+import { benchConfig, benchFleet } from './lib/model.js';
 
 const RUNS = 5;
 const LINEAGE = 'bench-replan';
@@ -68,29 +69,9 @@ function declare(settings: ReplanSettings, versions: { base: string; toolkit: st
   for (let index = 0; index < settings.environments; index++) {
     const name = `task${String(index).padStart(4, '0')}`;
     environments[name] = { name, layers: [base, layer(`workspace-${name}`, '1.0.0', 'workspace'), toolkit], env: { TASK: name }, workdir: '/work', user: 'root' };
-    fleets[name] = {
-      name,
-      environment: name,
-      backend: 'container',
-      replicas: settings.replicas,
-      resources: { cpu: 1, memoryMiB: 512, pids: 256 },
-      network: 'none',
-      qos: 'best-effort',
-      ttl: { idleStopSeconds: 600 },
-      labels: { team: 'rl' },
-      update: { maxUnavailable: 2 },
-    };
+    fleets[name] = benchFleet(name, name, settings.replicas, 2);
   }
-  const config: ConfigModel = {
-    version: 1,
-    file: '/bench/dsec.yaml',
-    dir: '/bench',
-    provider: { type: 'local', stateDir: '.dsec' },
-    plugins: [],
-    layers,
-    environments,
-    fleets,
-  };
+  const config = benchConfig(layers, environments, fleets);
   return { config, digests };
 }
 

@@ -9,11 +9,12 @@
  */
 import { pathToFileURL } from 'node:url';
 import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LiveView, type SandboxInfo } from '../core/live.js';
-import type { ConfigModel, EnvironmentModel, FleetModel, LayerModel } from '../core/model.js';
+import type { EnvironmentModel, FleetModel, LayerModel } from '../core/model.js';
 import type { FleetState, PlanInput, SandboxState, StateFile } from '../core/plan.js';
 import { resolveFleet } from '../core/engine/fleet-attributes.js';
 import { makePlan } from '../core/engine/planner.js';
 import { planToJson, renderPlan } from '../core/engine/render.js';
+import { benchConfig, benchFleet } from './lib/model.js';
 
 const FLEETS = 1_000;
 const REPLICAS = 100;
@@ -56,29 +57,9 @@ function buildScenario(): PlanInput {
   const fleets: Record<string, FleetModel> = {};
   for (let index = 0; index < FLEETS; index += 1) {
     const name = `fleet${String(index).padStart(4, '0')}`;
-    fleets[name] = {
-      name,
-      environment: `env${index % ENVIRONMENTS}`,
-      backend: 'container',
-      replicas: REPLICAS,
-      resources: { cpu: 1, memoryMiB: 512, pids: 256 },
-      network: 'none',
-      qos: 'best-effort',
-      ttl: { idleStopSeconds: 600 },
-      labels: { team: 'rl' },
-      update: { maxUnavailable: 10 },
-    };
+    fleets[name] = benchFleet(name, `env${index % ENVIRONMENTS}`, REPLICAS, 10);
   }
-  const config: ConfigModel = {
-    version: 1,
-    file: '/bench/dsec.yaml',
-    dir: '/bench',
-    provider: { type: 'local', stateDir: '.dsec' },
-    plugins: [],
-    layers,
-    environments,
-    fleets,
-  };
+  const config = benchConfig(layers, environments, fleets);
 
   const resources: Record<string, StateFile['resources'][string]> = {};
   for (const layer of Object.values(layers)) {
