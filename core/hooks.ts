@@ -28,10 +28,12 @@ import type {
   LayerRecord,
   LayerRef,
   NodeInfo,
+  NodeUsage,
   SandboxSpec,
   SandboxStatus,
   SquashRecord,
   StorageStats,
+  SandboxUsage,
 } from './live.js';
 import type { ConfigModel, LayerModel, Resources } from './model.js';
 import type { Plan, ResourceChange, SandboxOperation } from './plan.js';
@@ -62,6 +64,49 @@ export interface NodeContext {
   /** The agent's root folder; plugins keep their files under `<root>/<plugin name>/`. */
   readonly root: string;
   readonly log: Logger;
+  /** What the machine has: its CPUs and its memory, before any policy. */
+  readonly capacity: { readonly cpu: number; readonly memoryMiB: number };
+  /**
+   * Every sandbox the agent holds on this node, in the order they were
+   * created (including ones still `creating`, `failed` or `stopped`: look at
+   * `status`). Read-only for plugins: admission sums requests over it, the
+   * memory plugin counts mergeable sandboxes.
+   */
+  sandboxes(): readonly SandboxContext[];
+}
+
+/** A sandbox's cgroup folders, absolute (e.g. /sys/fs/cgroup/memory/dsec/<id>). */
+export interface SandboxCgroups {
+  readonly memory?: string;
+  readonly cpu?: string;
+  readonly cpuacct?: string;
+  readonly freezer?: string;
+  readonly pids?: string;
+  readonly unified?: string;
+}
+
+/**
+ * Kernel attributes every process of a sandbox starts with. Density taps set
+ * them on `prepare`, before the backend starts anything, because they are
+ * inherited at fork and exec and cannot be given to a running process from
+ * outside (PR_SET_MEMORY_MERGE cannot at all). A backend applies each one it
+ * supports to the sandbox's first process and to every exec, and ignores
+ * none silently: one it cannot apply is a provision error.
+ */
+export interface ProcessTraits {
+  /** prctl(PR_SET_MEMORY_MERGE, 1): KSM may merge every anonymous page of every process, unchanged code included. */
+  memoryMerge?: boolean;
+  /**
+   * Run only on CPU time nobody else wants: processes under SCHED_IDLE and
+   * the sandbox's CPU cgroup marked idle (cpu.idle 1, the lowest weight).
+   */
+  idleCpu?: boolean;
+  /**
+   * The sandbox's processes share one core-scheduling cookie
+   * (prctl(PR_SCHED_CORE)), so no task of another cookie ever runs on their
+   * SMT sibling. Only set where the node supports it (see the QoS plugin).
+   */
+  coreScheduling?: boolean;
 }
 
 /**
@@ -81,6 +126,17 @@ export interface SandboxContext {
   storage: Record<string, unknown>;
   /** Backend plugin's own record (e.g. the runtime's container id, pid). */
   backend: Record<string, unknown>;
+  /** Density plugins' own records, each under its plugin name (e.g. what a reclaim pushed out). */
+  density: Record<string, unknown>;
+  /** Set by density taps on `prepare`, applied by the backend; see ProcessTraits. */
+  traits: ProcessTraits;
+  /**
+   * Where the sandbox's processes are accounted, set by a backend that uses
+   * cgroups once it provisioned: the absolute cgroup folder per cgroup-v1
+   * controller (`unified` on cgroup v2). Density plugins read and write
+   * their files (memory limits for reclaim, cgroup.procs for KSM figures).
+   */
+  cgroups?: SandboxCgroups;
   readonly createdAt: string;
 }
 
@@ -137,6 +193,25 @@ export function createHooks() {
     applied: new AsyncSeriesHook<[Plan, readonly ResourceChange[]]>(['plan', 'failed']),
 
     // --------------------------------------------------------- lifecycle
+    /**
+     * The agent started: it re-adopted its sandboxes and is about to serve.
+     * Node-wide set-up taps here (a zram swap device, KSM's scan rate). A
+     * failing tap is logged, never fatal: the agent serves without it.
+     */
+    agentStarted: new AsyncSeriesHook<[NodeContext]>(['node']),
+    /**
+     * What `GET /v1/node` (and so every refresh and the plan's capacity check)
+     * says about the node. Each tap may return a refined copy: admission adds
+     * `allocatable`, `requested` and its policy. Must be cheap: no per-sandbox I/O.
+     */
+    describeNode: new AsyncSeriesWaterfallHook<[NodeInfo, NodeContext]>(['info', 'node']),
+    /**
+     * `dsec nodes`: the node's full usage report. The agent fills the counts
+     * and per-sandbox usage (from the `usage` backend hooks); density taps
+     * fill their sections (`memory.sharedMiB`, `memory.reclaimedMiB`, `swap`,
+     * `qos`, the per-fleet figures) in place.
+     */
+    nodeUsage: new AsyncSeriesHook<[NodeContext, NodeUsage]>(['node', 'usage']),
     /** Cluster provider only: choose a node for a new sandbox. The first tap that returns a node name wins. */
     place: new AsyncSeriesBailHook<[SandboxSpec, readonly NodeInfo[]], string | undefined>(['spec', 'nodes']),
     /** On the node, before anything is created: the first tap that returns a reason refuses the sandbox. */
@@ -160,6 +235,11 @@ export function createHooks() {
     storageStats: new AsyncSeriesBailHook<[NodeContext], StorageStats | undefined>(['node']),
     /** After admission: turn `spec.layers` into read-only trees and set `sandbox.lowerDirs`. Storage taps here. */
     resolveLayers: new AsyncSeriesHook<[SandboxContext]>(['sandbox']),
+    /**
+     * After the layers resolved, before the backend starts anything: density
+     * taps set `sandbox.traits` (see ProcessTraits). A throw fails the create.
+     */
+    prepare: new AsyncSeriesHook<[SandboxContext]>(['sandbox']),
     /** Create and start the sandbox on its backend, keyed by `spec.backend`. A tap returns `true` once it is running. */
     provision: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
     /** The sandbox is running. Taps may tune it (memory sharing, CPU QoS) but must not fail it. */
@@ -170,10 +250,25 @@ export function createHooks() {
     update: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, Resources], true | undefined>(['sandbox', 'resources'])),
     /** Ask the backend what became of a sandbox (agent restart, refresh). Keyed by backend kind. */
     probe: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], BackendProbe | undefined>(['sandbox'])),
-    /** Freeze a sandbox and reclaim its memory, keyed by backend kind. */
+    /** Freeze every process of a running sandbox, keyed by backend kind. A tap returns `true` once nothing in it runs. */
     pause: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
-    /** Thaw a paused sandbox, keyed by backend kind. */
+    /**
+     * The sandbox is frozen (the backend's pause tap returned). Density taps
+     * reclaim its memory here (push pages to swap, drop page cache) and keep
+     * what they did in `sandbox.density`. A failing tap is logged; the
+     * sandbox stays paused.
+     */
+    paused: new AsyncSeriesHook<[SandboxContext]>(['sandbox']),
+    /**
+     * Before the backend thaws a paused sandbox: density taps undo their
+     * reclaim (restore limits) and prefetch what they pushed out, so the
+     * first request after a resume does not fault page by page.
+     */
+    resuming: new AsyncSeriesHook<[SandboxContext]>(['sandbox']),
+    /** Thaw a paused sandbox, keyed by backend kind. A tap returns `true` once it runs again. */
     resume: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
+    /** What a running or paused sandbox uses now (its cgroup's counters), keyed by backend kind. */
+    usage: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], SandboxUsage | undefined>(['sandbox'])),
     /**
      * Copy a running or paused sandbox's writable layer, keyed by backend
      * kind, when `dsec sandbox snapshot` or a layer build asks for a new

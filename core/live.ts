@@ -128,6 +128,56 @@ export interface SandboxSpec {
   readonly network: 'none';
   readonly qos: 'best-effort' | 'latency-sensitive';
   readonly labels: Readonly<Record<string, string>>;
+  /** Lifetime limits the agent's reaper enforces (absent: none). */
+  readonly ttl?: SandboxTtl;
+  /** The fleet's density switches (absent: the defaults, DEFAULT_DENSITY). */
+  readonly density?: DensitySettings;
+}
+
+export interface SandboxTtl {
+  /** Reaped (and replaced, for a fleet's sandbox) this long after it was created. */
+  readonly maxLifetimeSeconds?: number;
+  /** Reaped (and replaced) after this long without an exec or file call. */
+  readonly idleStopSeconds?: number;
+}
+
+/** Per-fleet switches the density plugins read from the spec. */
+export interface DensitySettings {
+  /** KSM merges the sandbox's identical pages (density-memory). @default false */
+  readonly memorySharing: boolean;
+  /** Pausing also pushes its memory out (to swap where there is some; page cache otherwise) (density-reclaim). @default true */
+  readonly reclaimOnPause: boolean;
+}
+
+export const DEFAULT_DENSITY: DensitySettings = Object.freeze({ memorySharing: false, reclaimOnPause: true });
+
+/** What `PATCH /v1/sandboxes/:id` may change on a live sandbox (each part optional). */
+export interface SandboxUpdate {
+  /** Applied by the backend's `update` tap. */
+  readonly resources?: Resources;
+  /** Recorded for the reaper; `{}` removes the limits. */
+  readonly ttl?: SandboxTtl;
+  /** Recorded; takes effect at the next pause (reclaimOnPause). memorySharing cannot change on a live sandbox (it forces a replace). */
+  readonly density?: DensitySettings;
+}
+
+/** Which sandboxes a batch call (pause, resume) acts on: the ids, and/or every one whose labels match. */
+export interface SandboxTarget {
+  readonly ids?: readonly string[];
+  readonly labels?: Readonly<Record<string, string>>;
+}
+
+/** One sandbox's outcome in a batch call: the call goes on past a failure and reports each. */
+export type BatchOutcome =
+  | { readonly id: string; readonly ok: true; readonly info: SandboxInfo }
+  | { readonly id: string; readonly ok: false; readonly error: { readonly code: string; readonly message: string } };
+
+/** A job holding a sandbox for a rollout: while active, the fleet's TTLs do not reap it. */
+export interface SandboxClaim {
+  readonly holder: string;
+  readonly claimedAt: string;
+  /** The claim's own lifetime: when it runs out the claim ends and the sandbox is reaped (and replaced). */
+  readonly expiresAt?: string;
 }
 
 export type SandboxStatus =
@@ -152,6 +202,12 @@ export interface SandboxInfo {
   readonly error?: string;
   /** The backend's own handle (e.g. the OCI runtime's container id), for debugging. */
   readonly handle?: string;
+  /** The last exec or file call (the idle reaper's clock); absent until the first. */
+  readonly lastActivityAt?: string;
+  /** When it was last paused, while it is paused. */
+  readonly pausedAt?: string;
+  readonly claim?: SandboxClaim;
+  readonly ttl?: SandboxTtl;
 }
 
 export interface NodeInfo {
@@ -164,6 +220,75 @@ export interface NodeInfo {
   readonly pid: number;
   /** The storage plugin's format, and why it fell back to trees if it did. */
   readonly storage?: { readonly plugin: string; readonly format: LayerFormat; readonly reason?: string };
+  /**
+   * What the node admits in total under its overcommit policy: capacity x
+   * ratio - reserve. Absent when no admission plugin runs (anything goes).
+   */
+  readonly allocatable?: { readonly cpu: number; readonly memoryMiB: number };
+  /** What its admitted sandboxes (creating, running, paused) request. */
+  readonly requested?: { readonly cpu: number; readonly memoryMiB: number };
+  /** The policy behind `allocatable`, for messages: "memory 2x, 1024 MiB reserved". */
+  readonly policy?: OvercommitPolicy;
+}
+
+export interface OvercommitPolicy {
+  /** Ratios of requests to capacity, each >= 1: `{cpu: 20, memory: 2}`. */
+  readonly overcommit: { readonly cpu: number; readonly memory: number };
+  /** Kept for the host, never admitted: taken off capacity before the ratio applies. */
+  readonly reserve: { readonly cpu: number; readonly memoryMiB: number };
+}
+
+/** What one sandbox uses now, read by its backend from its cgroup. */
+export interface SandboxUsage {
+  /** CPU time used since it started, in seconds (the rate comes from two readings). */
+  readonly cpuSeconds: number;
+  /** Resident memory charged to it (anonymous + page cache), MiB. */
+  readonly memoryMiB: number;
+  /** Of which page cache, MiB. */
+  readonly cacheMiB: number;
+  /** Its pages in swap, MiB. */
+  readonly swapMiB: number;
+  readonly processes: number;
+}
+
+/** One fleet's figures on one node, in `dsec nodes`. */
+export interface FleetUsage {
+  readonly fleet: string;
+  readonly sandboxes: number;
+  readonly requested: { readonly cpu: number; readonly memoryMiB: number };
+  readonly used: { readonly cpu: number; readonly memoryMiB: number };
+  /** Memory saved by KSM merging in its sandboxes (density-memory). */
+  sharedMiB?: number;
+  /** Memory pushed out of its paused sandboxes (density-reclaim). */
+  reclaimedMiB?: number;
+}
+
+/** `GET /v1/node/usage`, what `dsec nodes` shows per node. */
+export interface NodeUsage {
+  readonly node: string;
+  readonly capacity: { readonly cpu: number; readonly memoryMiB: number };
+  readonly allocatable?: { readonly cpu: number; readonly memoryMiB: number };
+  /** Sandbox counts: backend -> status -> count. */
+  readonly sandboxes: Readonly<Record<string, Partial<Record<SandboxStatus, number>>>>;
+  readonly requested: { readonly cpu: number; readonly memoryMiB: number };
+  /** CPU in cores (averaged since the previous report, or since start), memory resident in MiB. */
+  readonly used: { readonly cpu: number; readonly memoryMiB: number };
+  /** The host's own figures (from /proc/meminfo): total, available. */
+  readonly host: { readonly memoryMiB: number; readonly availableMiB: number };
+  /** Memory saving, filled by the density plugins. */
+  readonly memory: {
+    /** Saved by KSM: pages_sharing x page size (node-wide). */
+    sharedMiB?: number;
+    /** Pushed out of paused sandboxes and not yet back. */
+    reclaimedMiB?: number;
+    /** The swap device, when a plugin set one up or the host has one. */
+    swap?: { readonly device: string; readonly totalMiB: number; readonly usedMiB: number; readonly compressedMiB?: number };
+    /** KSM's own state: running or not, and the scan rate. */
+    ksm?: { readonly running: boolean; readonly pagesToScan: number; readonly sleepMillisecs: number; readonly mergeableSandboxes: number };
+  };
+  /** CPU QoS: what the node can do (filled by density-qos). */
+  readonly qos: { coreScheduling?: string; idleCpu?: string };
+  readonly fleets: FleetUsage[];
 }
 
 /**

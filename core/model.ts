@@ -95,6 +95,8 @@ export interface FleetModel {
   readonly network: 'none';
   readonly qos: 'best-effort' | 'latency-sensitive';
   readonly ttl: { readonly maxLifetimeSeconds?: number; readonly idleStopSeconds?: number };
+  /** Density switches, read by the density plugins on the node. @default { memorySharing: false, reclaimOnPause: true } */
+  readonly density: { readonly memorySharing: boolean; readonly reclaimOnPause: boolean };
   readonly labels: Readonly<Record<string, string>>;
   readonly update: {
     /** How many sandboxes of the fleet may be down at once during a replace. @default 1 */

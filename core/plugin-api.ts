@@ -14,6 +14,8 @@ export {
   type PublishRequest,
   type SnapshotRequest,
   type SnapshotResult,
+  type ProcessTraits,
+  type SandboxCgroups,
 } from './hooks.js';
 export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './errors.js';
 export * from './live.js';

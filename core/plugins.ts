@@ -14,7 +14,15 @@ import { DsecError } from './errors.js';
 import type { PluginRef } from './model.js';
 
 /** Plugins that ship with dsec, loadable by bare name. */
-export const BUILTIN_PLUGINS: readonly string[] = Object.freeze(['storage-local', 'storage-3fs', 'backend-container']);
+export const BUILTIN_PLUGINS: readonly string[] = Object.freeze([
+  'storage-local',
+  'storage-3fs',
+  'backend-container',
+  'density-admission',
+  'density-memory',
+  'density-reclaim',
+  'density-qos',
+]);
 
 /**
  * The built-in storage plugins. A node has one layer store, so a config

@@ -4,15 +4,19 @@
  * many through etcd. The engine only ever sees this interface.
  */
 import type {
+  BatchOutcome,
   ExecRequest,
   ExecResult,
   LayerRecord,
   LiveView,
   NodeInfo,
+  NodeUsage,
   SandboxInfo,
   SandboxSpec,
+  SandboxTarget,
+  SandboxUpdate,
 } from './live.js';
-import type { LayerModel, Resources } from './model.js';
+import type { LayerModel } from './model.js';
 
 export interface Provider {
   readonly name: string;
@@ -29,8 +33,14 @@ export interface Provider {
   unpublishLayer(name: string, version: string): Promise<void>;
   /** Create and start one sandbox; resolves once it is running. Idempotent on `spec.id`. */
   createSandbox(spec: SandboxSpec): Promise<SandboxInfo>;
-  /** Change a running sandbox's limits in place. */
-  updateSandbox(id: string, resources: Resources): Promise<SandboxInfo>;
+  /** Change a running sandbox's limits, TTLs or density settings in place. */
+  updateSandbox(id: string, change: SandboxUpdate): Promise<SandboxInfo>;
+  /** Freeze (and reclaim) each targeted sandbox; one outcome per sandbox, failures included. */
+  pauseSandboxes(target: SandboxTarget): Promise<BatchOutcome[]>;
+  /** Thaw each targeted paused sandbox; one outcome per sandbox. */
+  resumeSandboxes(target: SandboxTarget): Promise<BatchOutcome[]>;
+  /** Each node's usage report (`dsec nodes`). */
+  nodeUsage(): Promise<NodeUsage[]>;
   /** Stop and remove a sandbox and everything it left on its node. Idempotent. */
   destroySandbox(id: string): Promise<void>;
   exec(id: string, request: ExecRequest): Promise<ExecResult>;

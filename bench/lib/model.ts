@@ -16,6 +16,7 @@ export function benchFleet(name: string, environment: string, replicas: number, 
     network: 'none',
     qos: 'best-effort',
     ttl: { idleStopSeconds: 600 },
+    density: { memorySharing: false, reclaimOnPause: true },
     labels: { team: 'rl' },
     update: { maxUnavailable },
   };

@@ -43,7 +43,13 @@ export class NodeAgent {
   constructor(options: NodeAgentOptions) {
     this.dsec = options.dsec;
     this.root = options.root;
-    this.node = Object.freeze({ name: options.name ?? os.hostname(), root: options.root, log: options.dsec.log });
+    this.node = Object.freeze({
+      name: options.name ?? os.hostname(),
+      root: options.root,
+      log: options.dsec.log,
+      capacity: Object.freeze({ cpu: os.cpus().length, memoryMiB: Math.floor(os.totalmem() / (1024 * 1024)) }),
+      sandboxes: () => this.store.all().map((entry) => entry.ctx),
+    });
     this.store = new SandboxStore(options.root, this.node);
     this.refusedBy = trackBailer(this.dsec.hooks.admit);
     this.builder = new LayerBuilder(this);

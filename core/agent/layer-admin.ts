@@ -163,6 +163,8 @@ function readerContext(id: string, dir: string, node: NodeContext, layers: Sandb
     dir,
     status: 'creating',
     lowerDirs: [],
+    density: {},
+    traits: {},
     storage: {},
     backend: {},
     createdAt: new Date().toISOString(),

@@ -10,7 +10,7 @@
  */
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
-import type { NodeContext, SandboxContext } from '../hooks.js';
+import type { NodeContext, ProcessTraits, SandboxCgroups, SandboxContext } from '../hooks.js';
 import type { SandboxInfo, SandboxSpec, SandboxStatus } from '../live.js';
 import { readJson, writeJsonAtomic } from './files.js';
 
@@ -22,6 +22,10 @@ export interface SandboxRecord {
   readonly lowerDirs: string[];
   readonly storage: Record<string, unknown>;
   readonly backend: Record<string, unknown>;
+  /** Absent in records written before density plugins existed. */
+  readonly density?: Record<string, unknown>;
+  readonly traits?: ProcessTraits;
+  readonly cgroups?: SandboxCgroups;
   readonly createdAt: string;
   readonly error?: string;
   readonly lastActivityAt?: string;
@@ -83,6 +87,8 @@ export class SandboxStore {
         dir: this.sandboxDir(spec.id),
         status: 'creating',
         lowerDirs: [],
+        density: {},
+        traits: {},
         storage: {},
         backend: {},
         createdAt: new Date().toISOString(),
@@ -162,6 +168,9 @@ function fromRecord(record: SandboxRecord, node: NodeContext, dir: string): Sand
       lowerDirs: record.lowerDirs ?? [],
       storage: record.storage ?? {},
       backend: record.backend ?? {},
+      density: record.density ?? {},
+      traits: record.traits ?? {},
+      ...(record.cgroups ? { cgroups: record.cgroups } : {}),
       createdAt: record.createdAt,
     },
     error: record.error,

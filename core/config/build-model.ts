@@ -155,6 +155,7 @@ function fleetModel(name: string, fleet: FleetDocument): FleetModel {
       ...(ttl.maxLifetime === undefined ? {} : { maxLifetimeSeconds: durationSeconds(ttl.maxLifetime)! }),
       ...(ttl.idleStop === undefined ? {} : { idleStopSeconds: durationSeconds(ttl.idleStop)! }),
     },
+    density: { memorySharing: false, reclaimOnPause: true },
     labels: sortKeys(fleet.labels ?? {}),
     update: { maxUnavailable: fleet.update?.maxUnavailable ?? DEFAULTS.maxUnavailable },
   };

@@ -129,7 +129,7 @@ async function execute(
       return;
     }
     case 'update': {
-      const info = await limit(() => provider.updateSandbox(operation.id, operation.resources));
+      const info = await limit(() => provider.updateSandbox(operation.id, { resources: operation.resources }));
       await state.write((current) => resizeSandbox(current, fleet, info, desired));
       return;
     }

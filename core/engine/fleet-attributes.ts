@@ -41,6 +41,7 @@ export function resolveFleet(
     network: fleet.network,
     qos: fleet.qos,
     ttl: fleet.ttl,
+    density: fleet.density,
     labels: fleet.labels,
     update: fleet.update,
     layers,

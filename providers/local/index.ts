@@ -8,8 +8,19 @@ import path from 'node:path';
 import { AgentClient, isUnreachable, neverDelivered } from '../../core/agent/client.js';
 import { startAgentDaemon } from '../../core/agent/daemon.js';
 import { agentPaths } from '../../core/agent/layout.js';
-import type { ExecRequest, ExecResult, LayerRecord, LiveView, NodeInfo, SandboxInfo, SandboxSpec } from '../../core/live.js';
-import type { LayerModel, PluginRef, Resources } from '../../core/model.js';
+import type {
+  BatchOutcome,
+  ExecRequest,
+  ExecResult,
+  LayerRecord,
+  LiveView,
+  NodeInfo,
+  NodeUsage,
+  SandboxInfo,
+  SandboxSpec,
+  SandboxUpdate,
+} from '../../core/live.js';
+import type { LayerModel, PluginRef } from '../../core/model.js';
 import type { Provider } from '../../core/provider.js';
 
 export interface LocalProviderOptions {
@@ -89,7 +100,11 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
     publishLayer: (layer: LayerModel): Promise<LayerRecord> => call(() => client.publishLayer(layer)),
     unpublishLayer: (name: string, version: string): Promise<void> => call(() => client.unpublishLayer(name, version)),
     createSandbox: (spec: SandboxSpec): Promise<SandboxInfo> => call(() => client.createSandbox(spec)),
-    updateSandbox: (id: string, resources: Resources): Promise<SandboxInfo> => call(() => client.updateSandbox(id, resources)),
+    updateSandbox: (id: string, change: SandboxUpdate): Promise<SandboxInfo> => call(() => client.updateSandbox(id, change.resources ?? {})),
+    // TODO(issue 4, agent helper): batch pause/resume and node usage over the agent API.
+    pauseSandboxes: async (): Promise<BatchOutcome[]> => { throw new Error('not yet'); },
+    resumeSandboxes: async (): Promise<BatchOutcome[]> => { throw new Error('not yet'); },
+    nodeUsage: async (): Promise<NodeUsage[]> => { throw new Error('not yet'); },
     destroySandbox: async (id: string): Promise<void> => {
       await call(() => client.destroySandbox(id));
     },
