@@ -23,6 +23,7 @@ import type {
   PluginEntry,
   ProviderDocument,
 } from './document.generated.js';
+import { DEFAULT_DENSITY } from '../live.js';
 import { splitRef } from './semantic.js';
 import { cpuCores, durationSeconds, memoryMiB } from './units.js';
 
@@ -38,6 +39,8 @@ export const DEFAULTS = Object.freeze({
   network: 'none',
   qos: 'best-effort',
   maxUnavailable: 1,
+  memorySharing: DEFAULT_DENSITY.memorySharing,
+  reclaimOnPause: DEFAULT_DENSITY.reclaimOnPause,
 } as const);
 
 export function buildModel(document: DsecDocument, file: string): ConfigModel {
@@ -155,7 +158,10 @@ function fleetModel(name: string, fleet: FleetDocument): FleetModel {
       ...(ttl.maxLifetime === undefined ? {} : { maxLifetimeSeconds: durationSeconds(ttl.maxLifetime)! }),
       ...(ttl.idleStop === undefined ? {} : { idleStopSeconds: durationSeconds(ttl.idleStop)! }),
     },
-    density: { memorySharing: false, reclaimOnPause: true },
+    density: {
+      memorySharing: fleet.density?.memorySharing ?? DEFAULTS.memorySharing,
+      reclaimOnPause: fleet.density?.reclaimOnPause ?? DEFAULTS.reclaimOnPause,
+    },
     labels: sortKeys(fleet.labels ?? {}),
     update: { maxUnavailable: fleet.update?.maxUnavailable ?? DEFAULTS.maxUnavailable },
   };

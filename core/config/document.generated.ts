@@ -36,7 +36,7 @@ export type CpuAmount = number | string;
  */
 export type MemorySize = number | string;
 /**
- * best-effort (default) or latency-sensitive.
+ * CPU QoS class: best-effort (default; runs under SCHED_IDLE in an idle CPU cgroup) or latency-sensitive (core scheduling where the node supports it).
  */
 export type QosClass = 'best-effort' | 'latency-sensitive';
 /**
@@ -255,6 +255,7 @@ export interface FleetDocument {
   network?: 'none';
   qos?: QosClass;
   ttl?: TtlDocument;
+  density?: DensityDocument;
   labels?: Labels;
   update?: UpdateDocument;
 }
@@ -270,11 +271,24 @@ export interface ResourcesDocument {
   pids?: number;
 }
 /**
- * Lifetime limits. Durations are "90s", "30m", "2h", "1d" or a number of seconds.
+ * Lifetime limits the node agent's reaper enforces; a reaped sandbox is re-created with the same id. Durations are "90s", "30m", "2h", "1d" or a number of seconds.
  */
 export interface TtlDocument {
   maxLifetime?: Duration;
   idleStop?: Duration;
+}
+/**
+ * Density switches the node's density plugins read for this fleet's sandboxes.
+ */
+export interface DensityDocument {
+  /**
+   * Let the kernel merge identical memory pages of these sandboxes (KSM, through the density-memory plugin). Applied when a sandbox's processes start, so a change replaces the sandboxes. Default: false
+   */
+  memorySharing?: boolean;
+  /**
+   * Pausing a sandbox also pushes its memory out: to swap where the node has some, its page cache otherwise (the density-reclaim plugin). Changed in place. Default: true
+   */
+  reclaimOnPause?: boolean;
 }
 /**
  * Labels put on every sandbox of the fleet. Keys starting with dsec.io/ are reserved.

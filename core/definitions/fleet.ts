@@ -1,5 +1,5 @@
 import type { Construct } from 'constructs';
-import type { FleetDocument, QosClass, ResourcesDocument, TtlDocument, UpdateDocument } from '../config/document.generated.js';
+import type { DensityDocument, FleetDocument, QosClass, ResourcesDocument, TtlDocument, UpdateDocument } from '../config/document.generated.js';
 import { defined, DsecConstruct, type ConstructProblem } from './dsec-construct.js';
 import { Environment } from './environment.js';
 
@@ -17,10 +17,24 @@ export interface FleetProps {
   readonly resources?: ResourcesDocument;
   /** `none`: only a loopback interface. @default "none" */
   readonly network?: 'none';
-  /** @default "best-effort" */
+  /**
+   * CPU QoS class: `best-effort` runs under SCHED_IDLE in an idle CPU cgroup;
+   * `latency-sensitive` gets core scheduling where the node supports it.
+   * @default "best-effort"
+   */
   readonly qos?: QosClass;
-  /** Lifetime limits: `"90s"`, `"30m"`, `"2h"`, `"1d"` or seconds. @default no limits */
+  /**
+   * Lifetime limits the node agent's reaper enforces: `"90s"`, `"30m"`, `"2h"`, `"1d"` or seconds.
+   * A reaped sandbox is re-created with the same id, so the pool keeps its replicas.
+   * @default no limits
+   */
   readonly ttl?: TtlDocument;
+  /**
+   * Density switches: `memorySharing` lets the kernel merge identical pages (KSM; a change
+   * replaces the sandboxes), `reclaimOnPause` pushes a paused sandbox's memory out (changed in place).
+   * @default { memorySharing: false, reclaimOnPause: true }
+   */
+  readonly density?: DensityDocument;
   /** Labels on every sandbox; keys starting with `dsec.io/` are reserved. @default {} */
   readonly labels?: Readonly<Record<string, string>>;
   /** @default { maxUnavailable: 1 } */
@@ -38,10 +52,11 @@ export class Fleet extends DsecConstruct {
   }
 
   toDocument(): FleetDocument {
-    const { environment, labels, ...rest } = this.props;
+    const { environment, labels, density, ...rest } = this.props;
     return defined({
       ...rest,
       environment: typeof environment === 'string' ? environment : environment.name,
+      density: density === undefined ? undefined : defined({ ...density }),
       labels: labels === undefined ? undefined : { ...labels },
     });
   }

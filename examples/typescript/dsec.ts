@@ -26,6 +26,8 @@ new Fleet(app, 'workers', {
   environment: shell,
   replicas: 2,
   resources: { cpu: 0.25, memory: '64Mi', pids: 64 },
+  // Identical pages of the two sandboxes are merged by the kernel (KSM); pausing one pushes its memory out.
+  density: { memorySharing: true, reclaimOnPause: true },
   labels: { example: 'typescript' },
 });
 

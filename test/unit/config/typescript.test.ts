@@ -27,6 +27,7 @@ fleets:
     environment: shell
     replicas: 2
     resources: { cpu: 0.25, memory: 64Mi, pids: 64 }
+    density: { memorySharing: true, reclaimOnPause: true }
     labels: { example: typescript }
 `;
 
@@ -57,6 +58,44 @@ describe('loading dsec.ts', () => {
     expect(fromTs.model.fleets.workers.resources).toEqual({ cpu: 0.25, memoryMiB: 64, pids: 64 });
     project = new TempProject();
     const fromYaml = await loadConfig(project.write('dsec.yaml', EXAMPLE_AS_YAML));
+    expect(synthConfig(fromTs.model)).toBe(synthConfig(fromYaml.model));
+  });
+
+  it('synthesises lifetimes, QoS and density switches byte-identically to the same fleet in YAML, defaults included', async () => {
+    project = new TempProject();
+    project.write('package.json', '{ "type": "module" }\n');
+    const fromTs = await loadConfig(
+      project.write(
+        'dsec.ts',
+        program(`${BASE_AND_SHELL}new Fleet(app, 'swe', {
+  environment: shell,
+  replicas: 3,
+  qos: 'latency-sensitive',
+  ttl: { maxLifetime: '2h', idleStop: 600 },
+  density: { reclaimOnPause: false },
+});
+new Fleet(app, 'plain', { environment: shell, replicas: 1 });
+`),
+      ),
+    );
+    const yaml = `version: 1
+layers:
+  base: { kind: base, version: 1.0.0, source: { busybox: {} } }
+environments:
+  shell: { layers: [base] }
+fleets:
+  plain: { environment: shell, replicas: 1 }
+  swe:
+    environment: shell
+    replicas: 3
+    qos: latency-sensitive
+    ttl: { maxLifetime: 2h, idleStop: 600 }
+    density: { reclaimOnPause: false }
+`;
+    const fromYaml = await loadConfig(project.write('dsec.yaml', yaml));
+    expect(fromTs.model.fleets.swe.density).toEqual({ memorySharing: false, reclaimOnPause: false });
+    expect(fromTs.model.fleets.swe.ttl).toEqual({ maxLifetimeSeconds: 7200, idleStopSeconds: 600 });
+    expect(fromTs.model.fleets.plain.density).toEqual({ memorySharing: false, reclaimOnPause: true });
     expect(synthConfig(fromTs.model)).toBe(synthConfig(fromYaml.model));
   });
 

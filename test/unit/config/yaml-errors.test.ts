@@ -338,6 +338,14 @@ const CASES: Record<string, Case> = {
     at: ['idleStop: 30x', '30x'],
     message: /expected a duration like "90s", "30m", "2h" or "1d", got '30x'/,
   },
+  'a density switch that is not a boolean': {
+    from: 'replicas: 3\n',
+    to: 'replicas: 3\n    density: { memorySharing: yes please }\n',
+    code: 'DSEC_CONFIG_INVALID_VALUE',
+    path: '/fleets/workers/density/memorySharing',
+    at: ['memorySharing: yes please', 'yes please'],
+    message: /expected true or false, got 'yes please'/,
+  },
   'a kind that does not exist': {
     from: 'kind: toolkit',
     to: 'kind: tools',

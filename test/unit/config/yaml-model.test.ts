@@ -57,6 +57,7 @@ fleets:
     network: none
     qos: latency-sensitive
     ttl: { maxLifetime: 2h, idleStop: 90 }
+    density: { memorySharing: true }
     labels: { team: rl }
     update: { maxUnavailable: 2 }
 `;
@@ -91,6 +92,7 @@ describe('loading a good dsec.yaml', () => {
       network: 'none',
       qos: 'best-effort',
       ttl: {},
+      density: { memorySharing: false, reclaimOnPause: true },
       labels: {},
       update: { maxUnavailable: 1 },
     });
@@ -121,6 +123,7 @@ describe('loading a good dsec.yaml', () => {
       resources: { cpu: 0.5, memoryMiB: 1536, pids: 128 },
       qos: 'latency-sensitive',
       ttl: { maxLifetimeSeconds: 7200, idleStopSeconds: 90 },
+      density: { memorySharing: true, reclaimOnPause: true },
       labels: { team: 'rl' },
       update: { maxUnavailable: 2 },
     });
