@@ -4,8 +4,13 @@
  * on its node. It is the single source of truth for two questions: may this
  * layer be removed (no record names it, on any node sharing the store), and
  * may this node unmount that image (no record of this node mounts it). Being
- * on disk, it survives agent restarts; mounts are reference-counted by it,
- * never by counters in memory.
+ * on disk, it survives agent restarts; mounts are reference-counted by it.
+ *
+ * The second question is asked at every sandbox's release, so this node's
+ * records are also kept in memory once read (only this node's agent writes
+ * them: one agent per node holds the store's lock): a release then costs
+ * O(its layers), not a read of every record on the node. Other nodes'
+ * records (a shared store) are always read from disk.
  */
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
@@ -27,6 +32,9 @@ export interface InUseRecord {
 const SAFE_SANDBOX_ID = /^[a-z0-9-]{1,63}$/;
 
 export class InUseRegistry {
+  /** This node's records by sandbox id, and how many of them mount each digest; loaded on first use. */
+  private local?: { readonly node: string; readonly records: Map<string, InUseRecord>; readonly users: Map<string, number> };
+
   constructor(
     readonly dir: string,
     private readonly log: Logger,
@@ -48,12 +56,29 @@ export class InUseRegistry {
 
   async write(record: InUseRecord): Promise<void> {
     await writeFileAtomic(this.path(record.sandbox), JSON.stringify(record, null, 2) + '\n');
+    if (this.local && (record.node ?? this.local.node) === this.local.node) {
+      this.forget(record.sandbox);
+      this.local.records.set(record.sandbox, record);
+      for (const digest of mountedDigests(record)) this.local.users.set(digest, (this.local.users.get(digest) ?? 0) + 1);
+    }
   }
 
   /** Forget a sandbox. Idempotent; an id `write` would refuse never has a record. */
   async remove(sandboxId: string): Promise<void> {
     if (!InUseRegistry.isValidId(sandboxId)) return;
     await fs.rm(this.path(sandboxId), { force: true });
+    this.forget(sandboxId);
+  }
+
+  private forget(sandboxId: string): void {
+    const known = this.local?.records.get(sandboxId);
+    if (!this.local || !known) return;
+    this.local.records.delete(sandboxId);
+    for (const digest of mountedDigests(known)) {
+      const left = (this.local.users.get(digest) ?? 0) - 1;
+      if (left > 0) this.local.users.set(digest, left);
+      else this.local.users.delete(digest);
+    }
   }
 
   /** Every record; unreadable ones are reported in the log and skipped. */
@@ -70,15 +95,22 @@ export class InUseRegistry {
     return records;
   }
 
-  /** How many of `node`'s sandboxes mount each digest. */
+  /** How many of `node`'s sandboxes mount each digest (a copy). */
   async mountsOf(node: string): Promise<Map<string, number>> {
-    const users = new Map<string, number>();
-    for (const record of await this.all()) {
-      if ((record.node ?? node) !== node) continue;
-      for (const digest of new Set(record.mounts ?? record.layers.map((layer) => layer.digest))) {
-        users.set(digest, (users.get(digest) ?? 0) + 1);
+    if (this.local?.node !== node) {
+      const records = new Map<string, InUseRecord>();
+      const users = new Map<string, number>();
+      for (const record of await this.all()) {
+        if ((record.node ?? node) !== node) continue;
+        records.set(record.sandbox, record);
+        for (const digest of mountedDigests(record)) users.set(digest, (users.get(digest) ?? 0) + 1);
       }
+      this.local = { node, records, users };
     }
-    return users;
+    return new Map(this.local.users);
   }
+}
+
+function mountedDigests(record: InUseRecord): Set<string> {
+  return new Set(record.mounts ?? record.layers.map((layer) => layer.digest));
 }
