@@ -21,5 +21,15 @@ export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './error
 export * from './live.js';
 export type * from './model.js';
 export type * from './plan.js';
+/** The native helper: process traits at spawn, what the node supports, prefetch on resume. */
+export {
+  nativeHelperPath,
+  probeNativeSupport,
+  spawnPrefix,
+  prefetchProcesses,
+  type NativeSupport,
+  type NativeCapability,
+  type PrefetchResult,
+} from './native.js';
 /** The layer store machinery both storage plugins are built from. */
 export * from './layers/index.js';

@@ -13,6 +13,9 @@ command -v mkfs.erofs >/dev/null 2>&1 || need+=(erofs-utils)
 # getfattr/setfattr: overlay opaque directories are an xattr, which node cannot read or write.
 command -v setfattr >/dev/null 2>&1 || need+=(attr)
 command -v tar >/dev/null 2>&1 || need+=(tar)
+# The native helper (native/dsec-native.c) is compiled by npm run build.
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install: ${need[*]}" >&2
