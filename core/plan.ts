@@ -6,7 +6,7 @@
  * Fields marked "display only" are for people and `--json` readers; apply never
  * reads them. Apply reads `operations` and `desired`.
  */
-import type { LayerRef, SandboxSpec } from './live.js';
+import type { DensitySettings, LayerRef, SandboxSpec, SandboxTtl } from './live.js';
 import type { ConfigModel, FleetModel, LayerModel, Resources } from './model.js';
 
 /** The small enum of plan actions, Terraform's, with their diff symbols. */
@@ -38,6 +38,10 @@ export type ActionReason =
   | 'create_because_missing'
   | 'update_replicas'
   | 'update_resources'
+  /** The fleet's lifetime limits changed: recorded on each live sandbox for the reaper. */
+  | 'update_ttl'
+  /** A density switch that applies in place (reclaimOnPause) changed. */
+  | 'update_density'
   | 'drift';
 
 /** One step on one sandbox of a fleet. The unit apply executes and records. */
@@ -46,7 +50,17 @@ export type SandboxOperation =
   | { readonly op: 'delete'; readonly id: string }
   /** Delete `id`, then create `spec` in its place; batched by the fleet's `maxUnavailable`. */
   | { readonly op: 'replace'; readonly id: string; readonly spec: SandboxSpec; readonly because: string }
-  | { readonly op: 'update'; readonly id: string; readonly resources: Resources };
+  /**
+   * Change a live sandbox in place: the whole SandboxUpdate the provider gets.
+   * `ttl` and `density` are absent only in plans saved before they existed.
+   */
+  | {
+      readonly op: 'update';
+      readonly id: string;
+      readonly resources: Resources;
+      readonly ttl?: SandboxTtl;
+      readonly density?: DensitySettings;
+    };
 
 /** Per-fleet sandbox counts, so a fleet of 32,000 is one line. Display only. */
 export interface FleetSandboxSummary {
@@ -135,7 +149,7 @@ export interface FleetState {
     readonly env: Readonly<Record<string, string>>;
     readonly workdir: string;
     readonly user: string;
-    /** Hash of backend + layers + env + workdir + user + network: a change forces a replace. */
+    /** Hash of backend + layers + env + workdir + user + network + qos (+ memory sharing when on): a change forces a replace. */
     readonly specHash: string;
   };
   readonly sandboxes: Readonly<Record<string, SandboxState>>;

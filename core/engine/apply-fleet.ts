@@ -129,7 +129,10 @@ async function execute(
       return;
     }
     case 'update': {
-      const info = await limit(() => provider.updateSandbox(operation.id, { resources: operation.resources }));
+      const { resources, ttl, density } = operation;
+      // A plan saved before lifetimes and density were updated in place carries resources alone.
+      const change = { resources, ...(ttl ? { ttl } : {}), ...(density ? { density } : {}) };
+      const info = await limit(() => provider.updateSandbox(operation.id, change));
       await state.write((current) => resizeSandbox(current, fleet, info, desired));
       return;
     }

@@ -10,7 +10,7 @@ import type { ConfigModel, FleetModel } from '../model.js';
 import type { FleetState } from '../plan.js';
 import { fleetAddress, layerRef, requireLayerRef } from './addresses.js';
 import { canonicalJson } from '../util/canonical-json.js';
-import { fleetSpecHash, specIdentityOf } from './spec.js';
+import { densityOf, fleetSpecHash, specIdentityOf, ttlOf } from './spec.js';
 
 export type FleetAttributes = FleetState['attributes'];
 
@@ -65,7 +65,8 @@ export function displayFleet(attributes: FleetAttributes): Record<string, unknow
     resources: attributes.resources,
     network: attributes.network,
     qos: attributes.qos,
-    ttl: attributes.ttl,
+    ttl: ttlOf(attributes),
+    density: densityOf(attributes),
     labels: attributes.labels,
     update: attributes.update,
   };
@@ -87,15 +88,39 @@ export function displayLiveFleet(sandboxes: readonly SandboxInfo[]): Record<stri
   };
 }
 
-/** Attributes that are part of the spec hash, in display order: a change to one forces a replace. */
-export const FORCES_REPLACE = ['environment', 'layers', 'env', 'workdir', 'user', 'backend', 'network', 'qos'] as const;
+/**
+ * Attribute paths that are part of the spec hash, in display order: a change
+ * to one forces a replace. Memory sharing is set on a sandbox's processes as
+ * they start; the other density switch and the lifetimes change in place.
+ */
+export const FORCES_REPLACE: readonly (readonly string[])[] = [
+  ['environment'],
+  ['layers'],
+  ['env'],
+  ['workdir'],
+  ['user'],
+  ['backend'],
+  ['network'],
+  ['qos'],
+  ['density', 'memorySharing'],
+];
+
+function valueAt(display: Record<string, unknown>, path: readonly string[]): { found: boolean; value: unknown } {
+  let value: unknown = display;
+  for (const key of path) {
+    if (value === null || typeof value !== 'object' || !(key in value)) return { found: false, value: undefined };
+    value = (value as Record<string, unknown>)[key];
+  }
+  return { found: true, value };
+}
 
 /** The attributes that differ between two display forms and force a replace, as paths. */
 export function forcingPaths(before: Record<string, unknown> | null, after: Record<string, unknown>): string[][] {
   if (!before) return [];
-  return FORCES_REPLACE.filter((key) => key in before && canonicalJson(before[key]) !== canonicalJson(after[key])).map(
-    (key) => [key],
-  );
+  return FORCES_REPLACE.filter((path) => {
+    const old = valueAt(before, path);
+    return old.found && canonicalJson(old.value) !== canonicalJson(valueAt(after, path).value);
+  }).map((path) => [...path]);
 }
 
 /**
@@ -110,6 +135,21 @@ export function forcingPathsFromSandbox(sandbox: SandboxInfo, desired: FleetAttr
   const liveDigests = sandbox.layers.map((layer) => layer.digest).join(',');
   if (liveDigests !== desired.layers.map((layer) => layer.digest).join(',')) paths.push(['layers']);
   return paths.length > 0 ? paths : [['environment']];
+}
+
+/**
+ * What an in-place update of a fleet's sandboxes changes besides resources:
+ * the lifetimes, or the density switch that applies in place. Compared as
+ * recorded (a state from before density existed means the defaults).
+ */
+export function inPlaceChanges(
+  recorded: Pick<FleetAttributes, 'ttl'> & { readonly density?: FleetAttributes['density'] },
+  desired: Pick<FleetAttributes, 'ttl' | 'density'>,
+): { ttl: boolean; density: boolean } {
+  return {
+    ttl: canonicalJson(ttlOf(recorded)) !== canonicalJson(ttlOf(desired)),
+    density: densityOf(recorded).reclaimOnPause !== densityOf(desired).reclaimOnPause,
+  };
 }
 
 export function sameResources(a: FleetModel['resources'], b: FleetModel['resources']): boolean {

@@ -15,6 +15,17 @@ const resources = {
   properties: { cpu: { type: 'number' }, memoryMiB: { type: 'number' }, pids: { type: 'number' } },
 } as const;
 
+const ttl = {
+  type: 'object',
+  properties: { maxLifetimeSeconds: { type: 'number' }, idleStopSeconds: { type: 'number' } },
+} as const;
+
+const density = {
+  type: 'object',
+  required: ['memorySharing', 'reclaimOnPause'],
+  properties: { memorySharing: { type: 'boolean' }, reclaimOnPause: { type: 'boolean' } },
+} as const;
+
 const layerRef = {
   type: 'object',
   required: ['name', 'version', 'digest'],
@@ -35,6 +46,8 @@ const sandboxSpec = {
     network: string,
     qos: string,
     labels: stringMap,
+    ttl,
+    density,
   },
 } as const;
 
@@ -48,7 +61,7 @@ const operation = {
       properties: { op: { const: 'replace' }, id: string, spec: sandboxSpec, because: string },
       required: ['id', 'spec'],
     },
-    { properties: { op: { const: 'update' }, id: string, resources }, required: ['id', 'resources'] },
+    { properties: { op: { const: 'update' }, id: string, resources, ttl, density }, required: ['id', 'resources'] },
   ],
 } as const;
 

@@ -22,9 +22,10 @@ import {
   type FleetAttributes,
   forcingPaths,
   forcingPathsFromSandbox,
+  inPlaceChanges,
   sameResources,
 } from './fleet-attributes.js';
-import { newSandboxId, sandboxSpecFor } from './spec.js';
+import { densityOf, newSandboxId, sandboxSpecFor, ttlOf } from './spec.js';
 import { sandboxStateOf } from './state-records.js';
 
 export interface FleetPlanInput {
@@ -45,10 +46,10 @@ export interface FleetPlanInput {
   readonly warn: (message: string) => void;
 }
 
-/** Why a sandbox must go, most telling first. */
-type Verdict = 'forced' | 'outdated' | 'broken' | 'resize' | 'keep';
+/** Why a sandbox must go or change, most telling first. */
+type Verdict = 'forced' | 'outdated' | 'broken' | 'update' | 'keep';
 /** Which sandboxes to drop first when there are more than `replicas`. */
-const SURPLUS_RANK: Readonly<Record<Verdict, number>> = { broken: 0, outdated: 1, forced: 2, resize: 3, keep: 4 };
+const SURPLUS_RANK: Readonly<Record<Verdict, number>> = { broken: 0, outdated: 1, forced: 2, update: 3, keep: 4 };
 
 const emptySummary = (desired: number, live: number): FleetSandboxSummary => ({
   desired,
@@ -107,11 +108,17 @@ function planFleetDelete(input: FleetPlanInput): ResourceChange | undefined {
   };
 }
 
-function judge(input: FleetPlanInput, desired: FleetAttributes, sandbox: SandboxInfo): Verdict {
+/**
+ * `updateAll`: the fleet's lifetimes or in-place density switch changed
+ * since the last apply, which a sandbox cannot always tell about itself.
+ */
+function judge(input: FleetPlanInput, desired: FleetAttributes, sandbox: SandboxInfo, updateAll: boolean): Verdict {
   if (input.replaceAll || input.replaceIds?.has(sandbox.id)) return 'forced';
   if (sandbox.labels[LABEL_SPEC] !== desired.specHash) return 'outdated';
   if (sandbox.status === 'failed' || sandbox.status === 'stopped') return 'broken';
-  if (!sameResources(sandbox.resources, desired.resources)) return 'resize';
+  if (updateAll || !sameResources(sandbox.resources, desired.resources)) return 'update';
+  // A sandbox that reports its lifetimes and reports others than declared drifted.
+  if (sandbox.ttl && canonicalJson(ttlOf(sandbox)) !== canonicalJson(ttlOf(desired))) return 'update';
   return 'keep';
 }
 
@@ -132,8 +139,9 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
   const before = record ? displayFleet(record.attributes) : owned.length > 0 ? displayLiveFleet(owned) : null;
   const after = displayFleet(desired);
 
+  const inPlace = record ? inPlaceChanges(record.attributes, desired) : { ttl: false, density: false };
   const verdicts = new Map<string, Verdict>();
-  for (const sandbox of owned) verdicts.set(sandbox.id, judge(input, desired, sandbox));
+  for (const sandbox of owned) verdicts.set(sandbox.id, judge(input, desired, sandbox, inPlace.ttl || inPlace.density));
   const surplus = pickSurplus(owned, verdicts, owned.length - desired.replicas);
 
   let replacePaths: string[][] = forcingPaths(before, after);
@@ -148,7 +156,9 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
   const deletes: SandboxOperation[] = [];
   const updates: SandboxOperation[] = [];
   const replaces: SandboxOperation[] = [];
-  const seen = { forced: false, outdated: false, broken: false, resize: false };
+  const seen = { forced: false, outdated: false, broken: false, update: false };
+  // One update for every sandbox: the whole SandboxUpdate, whatever part of it changed.
+  const update = { resources: desired.resources, ttl: ttlOf(desired), density: densityOf(desired) };
   for (const sandbox of owned) {
     if (surplus.has(sandbox.id)) {
       deletes.push({ op: 'delete', id: sandbox.id });
@@ -157,8 +167,8 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     const verdict = verdicts.get(sandbox.id)!;
     if (verdict === 'keep') continue;
     seen[verdict] = true;
-    if (verdict === 'resize') {
-      updates.push({ op: 'update', id: sandbox.id, resources: desired.resources });
+    if (verdict === 'update') {
+      updates.push({ op: 'update', id: sandbox.id, ...update });
       continue;
     }
     const because =
@@ -203,6 +213,8 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     if (!record) reason = 'drift';
     else if (record.attributes.replicas !== desired.replicas) reason = 'update_replicas';
     else if (!sameResources(record.attributes.resources, desired.resources)) reason = 'update_resources';
+    else if (inPlace.ttl) reason = 'update_ttl';
+    else if (inPlace.density) reason = 'update_density';
     else if (operations.length > 0) reason = 'drift';
   }
 

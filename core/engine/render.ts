@@ -56,6 +56,13 @@ const isEmptyObject = (value: unknown): boolean =>
 const show = (value: unknown): string =>
   Array.isArray(value) ? `[${value.map(show).join(', ')}]` : value === undefined ? 'null' : JSON.stringify(value);
 
+/** What an in-place update is about, when the attribute lines alone would not say why the sandboxes change. */
+const UPDATE_NOTE: Readonly<Record<string, string>> = {
+  drift: ' (the live sandboxes drifted from the state)',
+  update_ttl: ' (ttl changed: each live sandbox gets the new lifetimes, none is replaced)',
+  update_density: ' (density.reclaimOnPause changed: each live sandbox gets it for its next pause, none is replaced)',
+};
+
 /** Why the change happens, for the header line; the address is already there. */
 function comment(change: ResourceChange): string {
   const layer = change.type === 'layer';
@@ -63,7 +70,7 @@ function comment(change: ResourceChange): string {
     case 'create':
       return `${layer ? 'will be published' : 'will be created'}${change.reason === 'create_because_missing' ? ' (the state has it, the store does not)' : ''}`;
     case 'update':
-      return `will be updated in-place${change.reason === 'drift' ? ' (the live sandboxes drifted from the state)' : ''}`;
+      return `will be updated in-place${UPDATE_NOTE[change.reason ?? ''] ?? ''}`;
     case 'replace': {
       const why =
         change.reason === 'replace_by_request'

@@ -4,7 +4,16 @@
  * and the ids sandboxes get at plan time.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LayerRef, type SandboxSpec } from '../live.js';
+import {
+  DEFAULT_DENSITY,
+  type DensitySettings,
+  LABEL_FLEET,
+  LABEL_LINEAGE,
+  LABEL_SPEC,
+  type LayerRef,
+  type SandboxSpec,
+  type SandboxTtl,
+} from '../live.js';
 import type { EnvironmentModel, FleetModel } from '../model.js';
 import { canonicalJson } from '../util/canonical-json.js';
 
@@ -17,6 +26,8 @@ export interface SpecIdentity {
   readonly user: string;
   readonly network: FleetModel['network'];
   readonly qos: FleetModel['qos'];
+  /** KSM merging is set on a sandbox's processes when they start, so it cannot change in place. */
+  readonly memorySharing: boolean;
 }
 
 /**
@@ -32,16 +43,22 @@ export function fleetSpecHash(identity: SpecIdentity): string {
     user: identity.user,
     network: identity.network,
     qos: identity.qos,
+    // Only when on: the hash of every fleet without it stays what it was before
+    // density existed, so upgrading dsec replaces no sandbox.
+    ...(identity.memorySharing ? { memorySharing: true } : {}),
   });
   return createHash('sha256').update(canonical).digest('hex');
 }
 
-type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels'>;
+/** A state written before density existed has no `density` on its fleets: the defaults apply. */
+type DensityPart = { readonly density?: DensitySettings };
+type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels'> &
+  DensityPart & { readonly ttl?: FleetModel['ttl'] };
 type EnvironmentPart = Pick<EnvironmentModel, 'env' | 'workdir' | 'user'>;
 
 /** The spec identity of a fleet's sandboxes, from the fleet, its environment and its resolved layers. */
 export function specIdentityOf(
-  fleet: Pick<FleetModel, 'backend' | 'network' | 'qos'>,
+  fleet: Pick<FleetModel, 'backend' | 'network' | 'qos'> & DensityPart,
   environment: EnvironmentPart,
   layers: readonly LayerRef[],
 ): SpecIdentity {
@@ -53,6 +70,21 @@ export function specIdentityOf(
     user: environment.user,
     network: fleet.network,
     qos: fleet.qos,
+    memorySharing: densityOf(fleet).memorySharing,
+  };
+}
+
+/** The fleet's density switches, the defaults for a fleet recorded before they existed. */
+export function densityOf(fleet: DensityPart): DensitySettings {
+  return fleet.density ?? DEFAULT_DENSITY;
+}
+
+/** Only the lifetime limits that are set: `{}` when none is. */
+export function ttlOf(fleet: { readonly ttl?: FleetModel['ttl'] }): SandboxTtl {
+  const ttl = fleet.ttl ?? {};
+  return {
+    ...(ttl.maxLifetimeSeconds === undefined ? {} : { maxLifetimeSeconds: ttl.maxLifetimeSeconds }),
+    ...(ttl.idleStopSeconds === undefined ? {} : { idleStopSeconds: ttl.idleStopSeconds }),
   };
 }
 
@@ -69,6 +101,7 @@ export function sandboxSpecFor(
   id: string,
 ): SandboxSpec {
   const specHash = fleetSpecHash(specIdentityOf(fleet, environment, layerRefs));
+  const ttl = ttlOf(fleet);
   return {
     id,
     backend: fleet.backend,
@@ -79,6 +112,8 @@ export function sandboxSpecFor(
     resources: fleet.resources,
     network: fleet.network,
     qos: fleet.qos,
+    ...(Object.keys(ttl).length > 0 ? { ttl } : {}),
+    density: { ...densityOf(fleet) },
     // dsec's own labels win over a user label of the same name.
     labels: { ...fleet.labels, [LABEL_LINEAGE]: lineage, [LABEL_FLEET]: fleet.name, [LABEL_SPEC]: specHash },
   };

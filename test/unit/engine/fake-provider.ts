@@ -5,8 +5,18 @@
  * calls run at once.
  */
 import { DsecError } from '../../../core/errors.js';
-import type { LayerRecord, LiveView, NodeInfo, SandboxInfo, SandboxSpec } from '../../../core/live.js';
-import type { LayerModel, Resources } from '../../../core/model.js';
+import type {
+  BatchOutcome,
+  LayerRecord,
+  LiveView,
+  NodeInfo,
+  NodeUsage,
+  SandboxInfo,
+  SandboxSpec,
+  SandboxTarget,
+  SandboxUpdate,
+} from '../../../core/live.js';
+import type { LayerModel } from '../../../core/model.js';
 import type { Provider } from '../../../core/provider.js';
 
 export class FakeProvider implements Provider {
@@ -21,6 +31,12 @@ export class FakeProvider implements Provider {
   running = 0;
   maxRunning = 0;
   readonly calls: string[] = [];
+  /** Every updateSandbox call's change, in order. */
+  readonly updates: { id: string; change: SandboxUpdate }[] = [];
+  /** The density settings each sandbox was created or last updated with. */
+  readonly densities = new Map<string, SandboxSpec['density']>();
+  /** What nodes() reports besides the basics: an admission policy, say. */
+  nodeExtras: Partial<NodeInfo> = {};
   private clock = Date.parse('2025-01-01T00:00:00Z');
 
   digestOf(layer: { ref: string }): string {
@@ -104,20 +120,63 @@ export class FakeProvider implements Provider {
         resources: spec.resources,
         layers: spec.layers,
         createdAt: new Date(this.clock).toISOString(),
+        ...(spec.ttl ? { ttl: spec.ttl } : {}),
       };
+      this.densities.set(spec.id, spec.density);
       this.sandboxes.set(spec.id, info);
       return info;
     });
   }
 
-  updateSandbox(id: string, resources: Resources): Promise<SandboxInfo> {
+  updateSandbox(id: string, change: SandboxUpdate): Promise<SandboxInfo> {
     return this.track('updateSandbox', id, () => {
       const existing = this.sandboxes.get(id);
       if (!existing) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-      const updated = { ...existing, resources };
+      this.updates.push({ id, change });
+      const { ttl: _ttl, ...rest } = existing;
+      const ttl = change.ttl ?? existing.ttl;
+      const updated: SandboxInfo = {
+        ...rest,
+        resources: change.resources ?? existing.resources,
+        ...(ttl && Object.keys(ttl).length > 0 ? { ttl } : {}),
+      };
+      if (change.density) this.densities.set(id, change.density);
       this.sandboxes.set(id, updated);
       return updated;
     });
+  }
+
+  private batch(target: SandboxTarget, status: 'paused' | 'running'): Promise<BatchOutcome[]> {
+    return this.track(status === 'paused' ? 'pauseSandboxes' : 'resumeSandboxes', JSON.stringify(target), () => {
+      const ids = new Set(target.ids ?? []);
+      const labels = Object.entries(target.labels ?? {});
+      const outcomes: BatchOutcome[] = [];
+      for (const id of ids) {
+        if (!this.sandboxes.has(id)) {
+          outcomes.push({ id, ok: false, error: { code: 'DSEC_SANDBOX_NOT_FOUND', message: `no sandbox ${id}` } });
+        }
+      }
+      for (const sandbox of this.sandboxes.values()) {
+        const picked = ids.has(sandbox.id) || (labels.length > 0 && labels.every(([key, value]) => sandbox.labels[key] === value));
+        if (!picked) continue;
+        const info: SandboxInfo = { ...sandbox, status };
+        this.sandboxes.set(sandbox.id, info);
+        outcomes.push({ id: sandbox.id, ok: true, info });
+      }
+      return outcomes;
+    });
+  }
+
+  pauseSandboxes(target: SandboxTarget): Promise<BatchOutcome[]> {
+    return this.batch(target, 'paused');
+  }
+
+  resumeSandboxes(target: SandboxTarget): Promise<BatchOutcome[]> {
+    return this.batch(target, 'running');
+  }
+
+  async nodeUsage(): Promise<NodeUsage[]> {
+    return [];
   }
 
   destroySandbox(id: string): Promise<void> {
@@ -145,6 +204,7 @@ export class FakeProvider implements Provider {
         sandboxes: this.sandboxes.size,
         agentVersion: 'fake',
         pid: process.pid,
+        ...this.nodeExtras,
       },
     ];
   }

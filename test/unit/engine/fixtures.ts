@@ -32,6 +32,7 @@ export function fleet(name: string, environmentName: string, overrides: Partial<
     network: 'none',
     qos: 'best-effort',
     ttl: {},
+    density: { memorySharing: false, reclaimOnPause: true },
     labels: {},
     update: { maxUnavailable: 1 },
     ...overrides,

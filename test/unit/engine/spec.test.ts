@@ -12,6 +12,7 @@ const identity = {
   user: 'root',
   network: 'none' as const,
   qos: 'best-effort' as const,
+  memorySharing: false,
 };
 
 describe('fleetSpecHash', () => {
