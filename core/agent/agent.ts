@@ -12,16 +12,21 @@ import { mkdir } from 'node:fs/promises';
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import type { NodeContext } from '../hooks.js';
-import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxInfo, SandboxSpec, SquashRecord, StorageStats } from '../live.js';
-import type { LayerModel, Resources } from '../model.js';
+import { LABEL_FLEET, type BatchOutcome, type ExecRequest, type ExecResult, type NodeInfo, type NodeUsage, type SandboxInfo, type SandboxSpec } from '../live.js';
 import { DSEC_VERSION } from '../version.js';
+import { asDsecError, backendHook } from './backend-hooks.js';
 import { trackBailer } from './bail-tracker.js';
-import { isAgentMadeLayer, isBuildSandbox, LayerBuilder } from './build.js';
+import { isBuildSandbox } from './build.js';
+import { claimSandbox, releaseClaim } from './claims.js';
+import { forEachLimited } from './concurrency.js';
 import { removeTree } from './files.js';
-import { checkGcRequest, cleanInterrupted, collectLayers, listLayer, snapshotsDir, type GcResult, type LayerListing } from './layer-admin.js';
-import { checkSnapshotInput, snapshotToLayer } from './snapshot.js';
+import { cleanInterrupted } from './layer-admin.js';
+import { LayerService } from './layer-service.js';
+import { PauseControl } from './pause.js';
+import { DEFAULT_REAP_INTERVAL_MS, Reaper, type ReapDecision, type ReapView } from './reaper.js';
 import { SandboxStore, toInfo, type SandboxEntry } from './store.js';
-import { checkExecRequest, checkResources, checkSandboxId, checkSpec } from './validate.js';
+import { UsageReporter } from './usage.js';
+import { checkClaimRequest, checkExecRequest, checkSandboxId, checkSandboxUpdate, checkSpec, checkTarget } from './validate.js';
 
 export interface NodeAgentOptions {
   readonly dsec: Dsec;
@@ -29,16 +34,21 @@ export interface NodeAgentOptions {
   readonly root: string;
   /** @default os.hostname() */
   readonly name?: string;
+  /** How often the reaper looks for sandboxes past their TTLs (0: never). @default 5000 */
+  readonly reapIntervalMs?: number;
 }
 
 export class NodeAgent {
   readonly dsec: Dsec;
   readonly root: string;
   readonly node: NodeContext;
-  private readonly store: SandboxStore;
+  readonly store: SandboxStore;
+  /** Layer operations (publish, list, squash, snapshot, gc...); the API calls it directly. */
+  readonly layers: LayerService;
   private readonly refusedBy: WeakMap<object, string>;
-  /** Makes `build` and `published` layers, which take a sandbox (or nothing) rather than a storage plugin. */
-  private readonly builder: LayerBuilder;
+  private readonly pauses: PauseControl;
+  private readonly usage: UsageReporter;
+  private readonly reaper: Reaper | undefined;
 
   constructor(options: NodeAgentOptions) {
     this.dsec = options.dsec;
@@ -52,7 +62,23 @@ export class NodeAgent {
     });
     this.store = new SandboxStore(options.root, this.node);
     this.refusedBy = trackBailer(this.dsec.hooks.admit);
-    this.builder = new LayerBuilder(this);
+    const probe = (entry: SandboxEntry) => this.probe(entry, { force: true });
+    this.layers = new LayerService({
+      dsec: this.dsec,
+      node: this.node,
+      store: this.store,
+      createSandbox: (spec) => this.createSandbox(spec),
+      exec: (id, request) => this.exec(id, request),
+      destroySandbox: (id) => this.destroySandbox(id),
+      probe,
+    });
+    this.pauses = new PauseControl({ dsec: this.dsec, store: this.store, probe });
+    this.usage = new UsageReporter({ dsec: this.dsec, node: this.node, store: this.store, nodeInfo: () => this.nodeInfo() });
+    const reapIntervalMs = options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS;
+    this.reaper =
+      reapIntervalMs > 0
+        ? new Reaper({ intervalMs: reapIntervalMs, log: this.log, views: () => this.store.all().map(reapView), reap: (id, decide) => this.reap(id, decide) })
+        : undefined;
   }
 
   private get log() {
@@ -110,10 +136,14 @@ export class NodeAgent {
       `started with ${this.store.size} sandbox(es): re-adopted [${adopted.join(', ')}], stopped [${stopped.join(', ')}], ` +
         `cleaned up unfinished [${cleaned.join(', ')}]; backends [${this.dsec.backends.join(', ')}]; plugins [${this.dsec.plugins.join(', ')}]`,
     );
+    // Node-wide set-up (a swap device, KSM); the agent serves without a tap that failed.
+    await this.dsec.hooks.agentStarted.promise(this.node).catch((error: Error) => this.log.warn(`an agentStarted tap failed: ${error.message}`));
+    this.reaper?.start();
   }
 
-  /** Wait (bounded) for operations in flight, before the process exits. Sandboxes keep running. */
+  /** Stop the reaper and wait (bounded) for operations in flight, before the process exits. Sandboxes keep running. */
   async drain(timeoutMs = 10_000): Promise<void> {
+    await Promise.race([this.reaper?.stop(), new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
     await this.store.drain(timeoutMs);
   }
 
@@ -121,7 +151,7 @@ export class NodeAgent {
 
   async createSandbox(input: unknown): Promise<SandboxInfo> {
     const spec = checkSpec(input);
-    this.backendHook('provision', spec.backend, true);
+    backendHook(this.dsec, 'provision', spec.backend);
     return this.store.withLock(spec.id, async () => {
       const existing = this.store.get(spec.id);
       if (existing) {
@@ -152,8 +182,10 @@ export class NodeAgent {
         throw new DsecError('DSEC_ADMISSION_REFUSED', { id: spec.id, plugin: this.refusedBy.get(ctx) ?? 'a plugin', reason });
       }
       await this.dsec.hooks.resolveLayers.promise(ctx);
+      // Density taps set the traits every process starts with; persisted with the storage notes, before anything runs.
+      await this.dsec.hooks.prepare.promise(ctx);
       await this.store.persist(entry);
-      const provisioned = await this.backendHook('provision', spec.backend, true).promise(ctx);
+      const provisioned = await backendHook(this.dsec, 'provision', spec.backend).promise(ctx);
       if (provisioned !== true) {
         throw new DsecError('DSEC_BACKEND_FAILED', { backend: spec.backend, operation: 'provision', id: spec.id, message: 'no tap reported it running' });
       }
@@ -209,6 +241,7 @@ export class NodeAgent {
       await this.dsec.hooks.destroy.promise(entry.ctx);
       await entry.writing?.catch(() => {});
       this.store.delete(id);
+      this.usage.forget(id);
       // A write queued just before the delete may still be landing in the folder.
       await entry.writing?.catch(() => {});
       await removeTree(entry.ctx.dir);
@@ -222,40 +255,115 @@ export class NodeAgent {
     }
   }
 
+  /** Run a command in a sandbox; a paused one is resumed first. */
   async exec(idInput: unknown, requestInput: unknown): Promise<ExecResult> {
     const id = checkSandboxId(idInput);
     const request: ExecRequest = checkExecRequest(requestInput);
-    const entry = this.running(id);
-    const hook = this.backendHook('exec', entry.ctx.spec.backend);
-    let result: ExecResult | undefined;
+    const call = await this.pauses.awake(id);
+    const { ctx } = call.entry;
     try {
-      result = await hook.promise(entry.ctx, request);
-    } catch (error) {
-      // The sandbox may have died since we last looked: say that, rather than the runtime's words.
-      await this.probe(entry);
-      if (entry.ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
-      throw error;
+      const hook = backendHook(this.dsec, 'exec', ctx.spec.backend);
+      let result: ExecResult | undefined;
+      try {
+        result = await hook.promise(ctx, request);
+      } catch (error) {
+        // The sandbox may have died since we last looked: say that, rather than the runtime's words.
+        await this.probe(call.entry);
+        if (ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: ctx.status });
+        throw error;
+      }
+      if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: ctx.spec.backend, operation: 'exec' });
+      return result;
+    } finally {
+      call.done();
     }
-    if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: entry.ctx.spec.backend, operation: 'exec' });
-    entry.lastActivityAt = new Date().toISOString();
-    // Recorded for the idle reaper; not worth making the caller wait for the fsync.
-    void this.store.persist(entry).catch((error: Error) => this.log.warn(`sandbox ${id}: ${error.message}`));
-    return result;
   }
 
-  async updateSandbox(idInput: unknown, resourcesInput: unknown): Promise<SandboxInfo> {
+  /** Change a live sandbox's resources (the backend applies them), TTLs or density settings; see SandboxUpdate. */
+  async updateSandbox(idInput: unknown, changeInput: unknown): Promise<SandboxInfo> {
     const id = checkSandboxId(idInput);
     return this.store.withLock(id, async () => {
-      const entry = this.running(id);
-      const problems: string[] = [];
-      const resources: Resources = checkResources(resourcesInput, entry.ctx.spec.resources, problems);
-      if (problems.length > 0) throw new DsecError('DSEC_AGENT_REQUEST', { message: problems.join('; ') });
-      const done = await this.backendHook('update', entry.ctx.spec.backend).promise(entry.ctx, resources);
-      if (done !== true) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: entry.ctx.spec.backend, operation: 'update' });
-      entry.ctx.spec = { ...entry.ctx.spec, resources };
+      const entry = this.live(id);
+      const { ctx } = entry;
+      const change = checkSandboxUpdate(changeInput, ctx.spec);
+      if (change.resources) {
+        const done = await backendHook(this.dsec, 'update', ctx.spec.backend).promise(ctx, change.resources);
+        if (done !== true) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: ctx.spec.backend, operation: 'update' });
+      }
+      const { ttl: _ttl, ...withoutTtl } = ctx.spec;
+      const ttl = change.ttl ?? ctx.spec.ttl;
+      ctx.spec = {
+        ...withoutTtl,
+        ...(change.resources ? { resources: change.resources } : {}),
+        // `{}` removes the limits.
+        ...(ttl !== undefined && Object.keys(ttl).length > 0 ? { ttl } : {}),
+        ...(change.density ? { density: change.density } : {}),
+      };
       await this.store.persist(entry);
-      this.log.info(`sandbox ${id}: resources now cpu=${resources.cpu} memoryMiB=${resources.memoryMiB} pids=${resources.pids}`);
+      this.log.info(`sandbox ${id}: updated ${JSON.stringify(change)}`);
       return toInfo(entry);
+    });
+  }
+
+  async pauseSandbox(idInput: unknown): Promise<SandboxInfo> {
+    return this.pauses.pauseSandbox(checkSandboxId(idInput));
+  }
+
+  async resumeSandbox(idInput: unknown): Promise<SandboxInfo> {
+    return this.pauses.resumeSandbox(checkSandboxId(idInput));
+  }
+
+  async pauseSandboxes(targetInput: unknown): Promise<BatchOutcome[]> {
+    return this.pauses.pauseSandboxes(checkTarget(targetInput));
+  }
+
+  async resumeSandboxes(targetInput: unknown): Promise<BatchOutcome[]> {
+    return this.pauses.resumeSandboxes(checkTarget(targetInput));
+  }
+
+  /** Hold a running or paused sandbox for `holder` (`{holder, ttlSeconds?}`); see claims.ts. */
+  async claimSandbox(idInput: unknown, input: unknown): Promise<SandboxInfo> {
+    const id = checkSandboxId(idInput);
+    const request = checkClaimRequest(input);
+    return this.store.withLock(id, async () => {
+      const entry = this.live(id);
+      claimSandbox(entry, request, Date.now());
+      await this.store.persist(entry);
+      this.log.info(`sandbox ${id}: claimed by ${request.holder}${entry.claim?.expiresAt ? ` until ${entry.claim.expiresAt}` : ''}`);
+      return toInfo(entry);
+    });
+  }
+
+  /** End a sandbox's claim; a no-op when it has none. */
+  async releaseSandbox(idInput: unknown): Promise<SandboxInfo> {
+    const id = checkSandboxId(idInput);
+    return this.store.withLock(id, async () => {
+      const entry = this.store.get(id);
+      if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+      const released = releaseClaim(entry);
+      if (released) {
+        await this.store.persist(entry);
+        this.log.info(`sandbox ${id}: claim of ${released.holder} released`);
+      }
+      return toInfo(entry);
+    });
+  }
+
+  /**
+   * The reaper's work on one sandbox, under its lock: decide again (a call
+   * or a claim may have come meanwhile), destroy it, and create a fleet's
+   * sandbox again with the same id and spec.
+   */
+  private async reap(id: string, decide: (view: ReapView) => ReapDecision | undefined): Promise<void> {
+    await this.store.withLock(id, async () => {
+      const entry = this.store.get(id);
+      const decision = entry && decide(reapView(entry));
+      if (!entry || !decision) return;
+      const { spec } = entry.ctx;
+      const replace = spec.labels[LABEL_FLEET] !== undefined;
+      this.log.info(`sandbox ${id}: reaped because ${decision.reason}${replace ? `; re-created for fleet ${spec.labels[LABEL_FLEET]}` : ''}`);
+      await this.teardown(entry);
+      if (replace) await this.create(spec);
     });
   }
 
@@ -279,9 +387,10 @@ export class NodeAgent {
     return entries.map(toInfo).sort((a, b) => a.id.localeCompare(b.id));
   }
 
+  /** What the node is and admits; the describeNode taps refine it (admission adds allocatable, requested, its policy). */
   async nodeInfo(): Promise<NodeInfo> {
     const storage = await this.dsec.hooks.storageStats.promise(this.node).catch(() => undefined);
-    return {
+    const info: NodeInfo = {
       name: this.node.name,
       backends: this.dsec.backends,
       capacity: { cpu: os.cpus().length, memoryMiB: Math.floor(os.totalmem() / (1024 * 1024)) },
@@ -290,108 +399,25 @@ export class NodeAgent {
       pid: process.pid,
       ...(storage ? { storage: { plugin: storage.plugin, format: storage.format, ...(storage.reason ? { reason: storage.reason } : {}) } } : {}),
     };
-  }
-
-  // ----------------------------------------------------------------- layers
-
-  async digestLayer(layer: LayerModel): Promise<string> {
-    if (isAgentMadeLayer(layer)) return this.builder.digest(layer);
-    const digest = await this.dsec.hooks.digestLayer.promise({ layer, node: this.node });
-    if (digest === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'digestLayer' });
-    return digest;
-  }
-
-  async publishLayer(layer: LayerModel): Promise<LayerRecord> {
-    if (isAgentMadeLayer(layer)) return this.builder.publish(layer);
-    const record = await this.dsec.hooks.publishLayer.promise({ layer, node: this.node });
-    if (record === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'publishLayer' });
-    this.log.info(`layer ${record.name}@${record.version} published (${record.digest})`);
-    return record;
-  }
-
-  async listLayers(): Promise<LayerRecord[]> {
-    // No storage plugin means no layers, which is the honest answer for refresh.
-    return (await this.dsec.hooks.listLayers.promise(this.node)) ?? [];
-  }
-
-  async unpublishLayer(name: string, version: string): Promise<void> {
-    const user = this.store.all().find((entry) => entry.ctx.spec.layers.some((layer) => layer.name === name && layer.version === version));
-    if (user) throw new DsecError('DSEC_LAYER_IN_USE', { ref: `${name}@${version}`, id: user.ctx.spec.id });
-    const done = await this.dsec.hooks.unpublishLayer.promise(this.node, name, version);
-    if (done !== true) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'unpublishLayer' });
-    this.log.info(`layer ${name}@${version} unpublished`);
-  }
-
-  /** Merge a run of consecutive published layers (bottom to top) into one image; see the squashLayers hook. */
-  async squashLayers(input: unknown): Promise<SquashRecord> {
-    const layers: LayerRef[] = [];
-    const valid =
-      Array.isArray(input) &&
-      input.every((layer: Partial<LayerRef> | null) => {
-        if (typeof layer?.name !== 'string' || typeof layer.version !== 'string' || typeof layer.digest !== 'string') return false;
-        layers.push({ name: layer.name, version: layer.version, digest: layer.digest });
-        return true;
-      });
-    if (!valid) throw new DsecError('DSEC_AGENT_REQUEST', { message: 'body must be {"layers": [{name, version, digest}, ...]}, bottom to top' });
-    const record = await this.dsec.hooks.squashLayers.promise(this.node, layers);
-    if (record === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'squashLayers' });
-    this.log.info(`layers ${layers.map((layer) => `${layer.name}@${layer.version}`).join(' + ')} squashed into ${record.digest}`);
-    return record;
-  }
-
-  /** Publish a sandbox's writable layer as `name@version` (`{as, kind?, exclude?}`); see snapshot.ts. */
-  async snapshotSandbox(idInput: unknown, input: unknown): Promise<LayerRecord> {
-    const id = checkSandboxId(idInput);
-    const request = checkSnapshotInput(input);
-    return this.store.withLock(id, async () => {
-      const entry = this.store.get(id);
-      if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-      await this.probe(entry, { force: true });
-      if (entry.ctx.status !== 'running' && entry.ctx.status !== 'paused') {
-        throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
-      }
-      return snapshotToLayer(entry.ctx, request, { hooks: this.dsec.hooks, tempRoot: snapshotsDir(this.node), publish: (layer) => this.publishLayer(layer), log: this.log });
+    return this.dsec.hooks.describeNode.promise(info, this.node).catch((error: Error) => {
+      this.log.warn(`a describeNode tap failed (the node is described without it): ${error.message}`);
+      return info;
     });
   }
 
-  /** Unpublish the layers no sandbox and no config layer (`keep`) uses; see layer-admin.ts. */
-  async gcLayers(input: unknown): Promise<GcResult> {
-    return collectLayers(checkGcRequest(input), {
-      listLayers: () => this.listLayers(),
-      sandboxes: () => this.store.all().map((entry) => entry.ctx.spec),
-      unpublish: (name, version) => this.unpublishLayer(name, version),
-    });
-  }
-
-  /** Every entry of a published layer. */
-  async layerListing(name: string, version: string): Promise<LayerListing> {
-    return listLayer(name, version, { hooks: this.dsec.hooks, node: this.node, listLayers: () => this.listLayers() });
-  }
-
-  /** The storage plugin's format and mounts, with read counters. */
-  async storageStats(): Promise<StorageStats> {
-    const stats = await this.dsec.hooks.storageStats.promise(this.node);
-    if (stats === undefined) throw new DsecError('DSEC_STORAGE_MISSING', { operation: 'storageStats' });
-    return stats;
+  /** `dsec nodes`: counts, requested and used CPU and memory, per fleet, and the density plugins' figures; see usage.ts. */
+  nodeUsage(): Promise<NodeUsage> {
+    return this.usage.report();
   }
 
   // ---------------------------------------------------------------- helpers
 
-  private running(id: string): SandboxEntry {
+  /** A sandbox that is up (running or paused), or why not. */
+  private live(id: string): SandboxEntry {
     const entry = this.store.get(id);
     if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-    if (entry.ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
+    if (entry.ctx.status !== 'running' && entry.ctx.status !== 'paused') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
     return entry;
-  }
-
-  /** The HookMap hook for a backend kind; none tapped -> UNKNOWN (provision) or UNSUPPORTED (the rest). */
-  private backendHook<K extends 'provision' | 'exec' | 'update' | 'probe'>(kind: K, backend: string, isProvision = false) {
-    const hook = this.dsec.hooks[kind].get(backend) as ReturnType<Dsec['hooks'][K]['for']> | undefined;
-    if (!hook || !hook.isUsed()) {
-      if (isProvision) throw new DsecError('DSEC_BACKEND_UNKNOWN', { backend, known: this.dsec.backends.join(', ') || 'none' });
-      throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend, operation: kind });
-    }
-    return hook;
   }
 
   /** Ask the backend what became of a sandbox we believe is up; a vanished one becomes `stopped`. */
@@ -416,15 +442,15 @@ export class NodeAgent {
   }
 }
 
-function asDsecError(error: unknown, backend: string, operation: string, id: string): DsecError {
-  if (error instanceof DsecError) return error;
-  return new DsecError('DSEC_BACKEND_FAILED', { backend, operation, id, message: (error as Error).message }, { cause: error });
-}
-
-async function forEachLimited<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) await work(items[next++]);
+function reapView(entry: SandboxEntry): ReapView {
+  const { ctx } = entry;
+  return {
+    id: ctx.spec.id,
+    status: ctx.status,
+    createdAt: ctx.createdAt,
+    ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
+    ...(ctx.spec.ttl !== undefined ? { ttl: ctx.spec.ttl } : {}),
+    ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
+    calls: entry.calls ?? 0,
   };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }

@@ -5,7 +5,21 @@
  */
 import http from 'node:http';
 import { DsecError, ERRORS, type ErrorCode } from '../errors.js';
-import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxInfo, SandboxSpec, SquashRecord, StorageStats } from '../live.js';
+import type {
+  BatchOutcome,
+  ExecRequest,
+  ExecResult,
+  LayerRecord,
+  LayerRef,
+  NodeInfo,
+  NodeUsage,
+  SandboxInfo,
+  SandboxSpec,
+  SandboxTarget,
+  SandboxUpdate,
+  SquashRecord,
+  StorageStats,
+} from '../live.js';
 import type { LayerKind, LayerModel, Resources } from '../model.js';
 import type { GcResult, LayerListing } from './layer-admin.js';
 import { socketAddress } from './layout.js';
@@ -91,8 +105,48 @@ export class AgentClient {
     return this.request('GET', `/v1/sandboxes/${encodeURIComponent(id)}`);
   }
 
-  updateSandbox(id: string, resources: Partial<Resources>): Promise<SandboxInfo> {
-    return this.request('PATCH', `/v1/sandboxes/${encodeURIComponent(id)}`, { resources });
+  /**
+   * Change a live sandbox: its resources (merged onto the current ones, applied
+   * by the backend), its TTLs, its density settings. A bare `Partial<Resources>`
+   * is still taken as `{resources}` (the pre-SandboxUpdate form) for older callers.
+   */
+  updateSandbox(id: string, change: SandboxUpdate | Partial<Resources>): Promise<SandboxInfo> {
+    return this.request('PATCH', `/v1/sandboxes/${encodeURIComponent(id)}`, asSandboxUpdate(change));
+  }
+
+  /** Freeze each targeted sandbox (by ids and/or labels); one outcome per sandbox, past failures. */
+  pauseSandboxes(target: SandboxTarget): Promise<BatchOutcome[]> {
+    return this.request('POST', '/v1/sandboxes/pause', target);
+  }
+
+  /** Thaw each targeted sandbox; one outcome per sandbox. */
+  resumeSandboxes(target: SandboxTarget): Promise<BatchOutcome[]> {
+    return this.request('POST', '/v1/sandboxes/resume', target);
+  }
+
+  /** Freeze one sandbox (a no-op on a paused one). Refused (DSEC_SANDBOX_BUSY) while an exec runs in it. */
+  pauseSandbox(id: string): Promise<SandboxInfo> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/pause`);
+  }
+
+  /** Thaw one sandbox (a no-op on a running one). */
+  resumeSandbox(id: string): Promise<SandboxInfo> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/resume`);
+  }
+
+  /** Hold a sandbox for `holder` (its fleet's TTLs stop applying) until released or `ttlSeconds` pass. */
+  claimSandbox(id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/claim`, { holder, ...(ttlSeconds !== undefined ? { ttlSeconds } : {}) });
+  }
+
+  /** End a sandbox's claim (a no-op when it has none). */
+  releaseSandbox(id: string): Promise<SandboxInfo> {
+    return this.request('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}/claim`);
+  }
+
+  /** The node's usage report: counts, requested and used CPU and memory, per fleet, and the density plugins' figures. */
+  nodeUsage(): Promise<NodeUsage> {
+    return this.request('GET', '/v1/node/usage');
   }
 
   destroySandbox(id: string): Promise<{ id: string; existed: boolean }> {
@@ -170,6 +224,14 @@ export class AgentClient {
   private unreachable(error: Error): DsecError {
     return new DsecError('DSEC_AGENT_UNREACHABLE', { address: this.socketPath, message: error.message }, { cause: error });
   }
+}
+
+const RESOURCE_FIELDS = ['cpu', 'memoryMiB', 'pids'];
+
+function asSandboxUpdate(change: SandboxUpdate | Partial<Resources>): SandboxUpdate {
+  const keys = Object.keys(change);
+  const legacy = keys.length > 0 && keys.every((key) => RESOURCE_FIELDS.includes(key));
+  return legacy ? { resources: change as Resources } : (change as SandboxUpdate);
 }
 
 /** The agent's `{error: {code, message, params}}` back into the DsecError it was. */

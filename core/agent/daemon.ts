@@ -28,6 +28,8 @@ export interface StartAgentOptions {
   readonly timeoutMs?: number;
   /** Log each request at debug level. @default false */
   readonly debug?: boolean;
+  /** How often the reaper looks for sandboxes past their TTLs (0: never); short in tests. @default 5000 */
+  readonly reapIntervalMs?: number;
 }
 
 export interface AgentStatus {
@@ -53,6 +55,7 @@ export async function startAgentDaemon(options: StartAgentOptions): Promise<{ pi
     if (options.builtins === false) args.push('--no-builtins');
     if (options.name) args.push('--name', options.name);
     if (options.debug) args.push('--debug');
+    if (options.reapIntervalMs !== undefined) args.push('--reap-interval-ms', String(options.reapIntervalMs));
 
     const logFd = openSync(paths.logFile, 'a', 0o600);
     let exitCode: number | null | undefined;

@@ -2,7 +2,7 @@
 /**
  * The node agent daemon:
  *
- *   node dist/core/agent/main.js --root DIR [--name NODE] [--plugins JSON] [--base-dir DIR] [--no-builtins] [--debug]
+ *   node dist/core/agent/main.js --root DIR [--name NODE] [--plugins JSON] [--base-dir DIR] [--no-builtins] [--debug] [--reap-interval-ms N]
  *
  * `--plugins` is a JSON array of PluginRef ({name, options}) loaded on top of
  * the built-ins (storage-local, backend-container); a ref with a built-in's
@@ -31,6 +31,7 @@ interface Args {
   baseDir: string;
   builtins: boolean;
   debug: boolean;
+  reapIntervalMs?: number;
 }
 
 function parseArgs(argv: readonly string[]): Args {
@@ -48,6 +49,11 @@ function parseArgs(argv: readonly string[]): Args {
     else if (flag === '--base-dir') args.baseDir = path.resolve(value());
     else if (flag === '--no-builtins') args.builtins = false;
     else if (flag === '--debug') args.debug = true;
+    else if (flag === '--reap-interval-ms') {
+      const ms = Number(value());
+      if (!Number.isInteger(ms) || ms < 0) throw new Error('--reap-interval-ms must be a whole number >= 0 (0: no reaper)');
+      args.reapIntervalMs = ms;
+    }
     else throw new Error(`unknown argument ${flag}`);
   }
   if (!args.root) throw new Error('--root DIR is required');
@@ -84,7 +90,7 @@ async function main(): Promise<void> {
   const dsec = new Dsec({ log });
   const refs = args.builtins ? mergePluginRefs(DEFAULT_AGENT_PLUGINS, args.plugins) : args.plugins;
   dsec.use(...(await loadPlugins(refs, args.baseDir)));
-  const agent = new NodeAgent({ dsec, root: paths.root, name: args.name });
+  const agent = new NodeAgent({ dsec, root: paths.root, name: args.name, reapIntervalMs: args.reapIntervalMs });
   await agent.start();
 
   let stopping = false;

@@ -34,6 +34,8 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_LAYER_BUILD: 422,
   DSEC_LAYER_CHANGED: 409,
   DSEC_SANDBOX_NOT_RUNNING: 409,
+  DSEC_SANDBOX_BUSY: 409,
+  DSEC_SANDBOX_CLAIMED: 409,
   DSEC_BACKEND_UNSUPPORTED: 501,
   DSEC_STORAGE_MISSING: 501,
 };
@@ -117,24 +119,32 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void): Route[] {
   return [
     route('GET', '/v1/health', async () => ({ ok: true, pid: process.pid })),
     route('GET', '/v1/node', async () => agent.nodeInfo()),
-    route('GET', '/v1/layers', async () => agent.listLayers()),
-    route('POST', '/v1/layers/digest', async ({ body }) => ({ digest: await agent.digestLayer(layerOf(body)) })),
-    route('POST', '/v1/layers', async ({ body }) => agent.publishLayer(layerOf(body))),
-    route('POST', '/v1/layers/squash', async ({ body }) => agent.squashLayers(body.layers)),
-    route('GET', '/v1/storage', async () => agent.storageStats()),
-    route('POST', '/v1/layers/gc', async ({ body }) => agent.gcLayers(body)),
-    route('GET', '/v1/layers/:name/:version/listing', async ({ params }) => agent.layerListing(params.name, params.version)),
+    route('GET', '/v1/node/usage', async () => agent.nodeUsage()),
+    route('GET', '/v1/layers', async () => agent.layers.listLayers()),
+    route('POST', '/v1/layers/digest', async ({ body }) => ({ digest: await agent.layers.digestLayer(layerOf(body)) })),
+    route('POST', '/v1/layers', async ({ body }) => agent.layers.publishLayer(layerOf(body))),
+    route('POST', '/v1/layers/squash', async ({ body }) => agent.layers.squashLayers(body.layers)),
+    route('GET', '/v1/storage', async () => agent.layers.storageStats()),
+    route('POST', '/v1/layers/gc', async ({ body }) => agent.layers.gcLayers(body)),
+    route('GET', '/v1/layers/:name/:version/listing', async ({ params }) => agent.layers.layerListing(params.name, params.version)),
     route('DELETE', '/v1/layers/:name/:version', async ({ params }) => {
-      await agent.unpublishLayer(params.name, params.version);
+      await agent.layers.unpublishLayer(params.name, params.version);
       return { ok: true };
     }),
     route('GET', '/v1/sandboxes', async ({ query }) => agent.list(labelSelector(query))),
     route('POST', '/v1/sandboxes', async ({ body }) => agent.createSandbox(body.spec)),
+    // Before /v1/sandboxes/:id: "pause" and "resume" are not sandbox ids here.
+    route('POST', '/v1/sandboxes/pause', async ({ body }) => agent.pauseSandboxes(body)),
+    route('POST', '/v1/sandboxes/resume', async ({ body }) => agent.resumeSandboxes(body)),
     route('GET', '/v1/sandboxes/:id', async ({ params }) => agent.get(params.id)),
-    route('PATCH', '/v1/sandboxes/:id', async ({ params, body }) => agent.updateSandbox(params.id, body.resources)),
+    route('PATCH', '/v1/sandboxes/:id', async ({ params, body }) => agent.updateSandbox(params.id, body)),
     route('DELETE', '/v1/sandboxes/:id', async ({ params }) => agent.destroySandbox(params.id)),
     route('POST', '/v1/sandboxes/:id/exec', async ({ params, body }) => agent.exec(params.id, body)),
-    route('POST', '/v1/sandboxes/:id/snapshot', async ({ params, body }) => agent.snapshotSandbox(params.id, body)),
+    route('POST', '/v1/sandboxes/:id/snapshot', async ({ params, body }) => agent.layers.snapshotSandbox(params.id, body)),
+    route('POST', '/v1/sandboxes/:id/pause', async ({ params }) => agent.pauseSandbox(params.id)),
+    route('POST', '/v1/sandboxes/:id/resume', async ({ params }) => agent.resumeSandbox(params.id)),
+    route('POST', '/v1/sandboxes/:id/claim', async ({ params, body }) => agent.claimSandbox(params.id, body)),
+    route('DELETE', '/v1/sandboxes/:id/claim', async ({ params }) => agent.releaseSandbox(params.id)),
     route('POST', '/v1/shutdown', async () => {
       setImmediate(onShutdown);
       return { ok: true };

@@ -11,7 +11,7 @@
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { NodeContext, ProcessTraits, SandboxCgroups, SandboxContext } from '../hooks.js';
-import type { SandboxInfo, SandboxSpec, SandboxStatus } from '../live.js';
+import type { SandboxClaim, SandboxInfo, SandboxSpec, SandboxStatus } from '../live.js';
 import { readJson, writeJsonAtomic } from './files.js';
 
 /** What record.json holds: the SandboxContext minus `node`, plus the agent's notes. */
@@ -29,13 +29,23 @@ export interface SandboxRecord {
   readonly createdAt: string;
   readonly error?: string;
   readonly lastActivityAt?: string;
+  readonly pausedAt?: string;
+  readonly claim?: SandboxClaim;
 }
 
 export interface SandboxEntry {
   /** Mutable on purpose: hooks update status, lowerDirs, storage, backend in place. */
   ctx: SandboxContext & { spec: SandboxSpec };
   error?: string;
+  /** The last exec or file call: the idle reaper's clock. */
   lastActivityAt?: string;
+  /** When it was paused, while it is. */
+  pausedAt?: string;
+  claim?: SandboxClaim;
+  /** Exec (and file) calls running in it now; in memory only. A pause waits for none. */
+  calls?: number;
+  /** A pause is under way: a call arriving now waits for it and then resumes the sandbox. */
+  pausing?: boolean;
   /** Set once the sandbox's folder is gone: later writes are skipped. */
   removed?: boolean;
   writing?: Promise<void>;
@@ -155,6 +165,8 @@ export function toRecord(entry: SandboxEntry): SandboxRecord {
     ...rest,
     ...(entry.error !== undefined ? { error: entry.error } : {}),
     ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
+    ...(entry.pausedAt !== undefined ? { pausedAt: entry.pausedAt } : {}),
+    ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
   };
 }
 
@@ -173,8 +185,10 @@ function fromRecord(record: SandboxRecord, node: NodeContext, dir: string): Sand
       ...(record.cgroups ? { cgroups: record.cgroups } : {}),
       createdAt: record.createdAt,
     },
-    error: record.error,
-    lastActivityAt: record.lastActivityAt,
+    ...(record.error !== undefined ? { error: record.error } : {}),
+    ...(record.lastActivityAt !== undefined ? { lastActivityAt: record.lastActivityAt } : {}),
+    ...(record.pausedAt !== undefined ? { pausedAt: record.pausedAt } : {}),
+    ...(record.claim !== undefined ? { claim: record.claim } : {}),
   };
 }
 
@@ -192,5 +206,9 @@ export function toInfo(entry: SandboxEntry): SandboxInfo {
     createdAt: ctx.createdAt,
     ...(entry.error !== undefined ? { error: entry.error } : {}),
     ...(typeof handle === 'string' ? { handle } : {}),
+    ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
+    ...(entry.pausedAt !== undefined && ctx.status === 'paused' ? { pausedAt: entry.pausedAt } : {}),
+    ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
+    ...(ctx.spec.ttl !== undefined ? { ttl: ctx.spec.ttl } : {}),
   };
 }

@@ -4,7 +4,17 @@
  * and reports every problem at once (DSEC_AGENT_REQUEST).
  */
 import { DsecError } from '../errors.js';
-import { MAX_EXEC_OUTPUT_BYTES, MAX_EXEC_TIMEOUT_MS, type ExecRequest, type LayerRef, type SandboxSpec } from '../live.js';
+import {
+  DEFAULT_DENSITY,
+  MAX_EXEC_OUTPUT_BYTES,
+  MAX_EXEC_TIMEOUT_MS,
+  type DensitySettings,
+  type ExecRequest,
+  type LayerRef,
+  type SandboxSpec,
+  type SandboxTarget,
+  type SandboxTtl,
+} from '../live.js';
 import type { Resources } from '../model.js';
 
 export const SANDBOX_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -85,6 +95,8 @@ export function checkSpec(input: unknown): SandboxSpec {
   if (badEnv !== undefined) problems.push(`env name ${JSON.stringify(badEnv)} is not a valid variable name`);
   const labels = stringMap(input.labels, 'labels', problems);
   const resources = checkResources(input.resources, DEFAULT_RESOURCES, problems);
+  const ttl = input.ttl === undefined ? undefined : checkTtl(input.ttl, problems);
+  const density = input.density === undefined ? undefined : checkDensity(input.density, DEFAULT_DENSITY, problems);
   if (problems.length > 0) refuse(problems);
   return {
     id,
@@ -97,7 +109,114 @@ export function checkSpec(input: unknown): SandboxSpec {
     network: 'none',
     qos: qos as SandboxSpec['qos'],
     labels,
+    ...(ttl !== undefined && Object.keys(ttl).length > 0 ? { ttl } : {}),
+    ...(density !== undefined ? { density } : {}),
   };
+}
+
+/** The longest TTL or claim: ten years, far past any sandbox's life, and well inside a Date. */
+export const MAX_TTL_SECONDS = 10 * 365 * 24 * 3600;
+
+function checkSeconds(value: unknown, name: string, problems: string[]): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > MAX_TTL_SECONDS) {
+    problems.push(`${name} must be a number of seconds > 0 and <= ${MAX_TTL_SECONDS}, not ${JSON.stringify(value)}`);
+    return undefined;
+  }
+  return value;
+}
+
+/** `{maxLifetimeSeconds?, idleStopSeconds?}`; `{}` means no limits. */
+export function checkTtl(input: unknown, problems: string[]): SandboxTtl {
+  if (!isObject(input)) {
+    problems.push('ttl must be an object {maxLifetimeSeconds?, idleStopSeconds?}');
+    return {};
+  }
+  const extra = Object.keys(input).filter((key) => key !== 'maxLifetimeSeconds' && key !== 'idleStopSeconds');
+  if (extra.length > 0) problems.push(`ttl: unknown field(s) ${extra.join(', ')}`);
+  const maxLifetimeSeconds = checkSeconds(input.maxLifetimeSeconds, 'ttl.maxLifetimeSeconds', problems);
+  const idleStopSeconds = checkSeconds(input.idleStopSeconds, 'ttl.idleStopSeconds', problems);
+  return {
+    ...(maxLifetimeSeconds !== undefined ? { maxLifetimeSeconds } : {}),
+    ...(idleStopSeconds !== undefined ? { idleStopSeconds } : {}),
+  };
+}
+
+/** Density switches from a partial input on top of `base`. */
+export function checkDensity(input: unknown, base: DensitySettings, problems: string[]): DensitySettings {
+  if (!isObject(input)) {
+    problems.push('density must be an object {memorySharing?, reclaimOnPause?}');
+    return base;
+  }
+  const extra = Object.keys(input).filter((key) => key !== 'memorySharing' && key !== 'reclaimOnPause');
+  if (extra.length > 0) problems.push(`density: unknown field(s) ${extra.join(', ')}`);
+  const merged = { ...base, ...input } as Json;
+  for (const key of ['memorySharing', 'reclaimOnPause']) {
+    if (typeof merged[key] !== 'boolean') problems.push(`density.${key} must be true or false`);
+  }
+  return { memorySharing: merged.memorySharing === true, reclaimOnPause: merged.reclaimOnPause !== false };
+}
+
+/** What `PATCH /v1/sandboxes/:id` asks of the sandboxes whose spec is `current`; see SandboxUpdate. */
+export interface CheckedUpdate {
+  readonly resources?: Resources;
+  readonly ttl?: SandboxTtl;
+  readonly density?: DensitySettings;
+}
+
+export function checkSandboxUpdate(input: unknown, current: SandboxSpec): CheckedUpdate {
+  if (!isObject(input)) refuse(['the update must be an object {resources?, ttl?, density?}']);
+  const problems: string[] = [];
+  const extra = Object.keys(input).filter((key) => !['resources', 'ttl', 'density'].includes(key));
+  if (extra.length > 0) problems.push(`unknown field(s) ${extra.join(', ')}: an update takes resources, ttl and density`);
+  const resources = input.resources === undefined ? undefined : checkResources(input.resources, current.resources, problems);
+  const ttl = input.ttl === undefined ? undefined : checkTtl(input.ttl, problems);
+  const base = current.density ?? DEFAULT_DENSITY;
+  const density = input.density === undefined ? undefined : checkDensity(input.density, base, problems);
+  if (density !== undefined && density.memorySharing !== base.memorySharing) {
+    problems.push(
+      `density.memorySharing cannot change on a live sandbox (its processes were started ${base.memorySharing ? 'with' : 'without'} merging): it forces a replace`,
+    );
+  }
+  if (problems.length > 0) refuse(problems);
+  return { ...(resources ? { resources } : {}), ...(ttl ? { ttl } : {}), ...(density ? { density } : {}) };
+}
+
+export interface ClaimRequest {
+  readonly holder: string;
+  readonly ttlSeconds?: number;
+}
+
+export function checkClaimRequest(input: unknown): ClaimRequest {
+  if (!isObject(input)) refuse(['the claim must be an object {holder, ttlSeconds?}']);
+  const problems: string[] = [];
+  const extra = Object.keys(input).filter((key) => key !== 'holder' && key !== 'ttlSeconds');
+  if (extra.length > 0) problems.push(`unknown field(s) ${extra.join(', ')}: a claim takes holder and ttlSeconds`);
+  const { holder } = input;
+  if (typeof holder !== 'string' || holder.length < 1 || holder.length > 128 || holder.includes('\0')) {
+    problems.push('holder must be a string of 1 to 128 characters');
+  }
+  const ttlSeconds = checkSeconds(input.ttlSeconds, 'ttlSeconds', problems);
+  if (problems.length > 0) refuse(problems);
+  return { holder: holder as string, ...(ttlSeconds !== undefined ? { ttlSeconds } : {}) };
+}
+
+/** A batch call's target: ids and/or a label selector, at least one of them non-empty (never "all" by omission). */
+export function checkTarget(input: unknown): SandboxTarget {
+  if (!isObject(input)) refuse(['the target must be an object {ids?, labels?}']);
+  const problems: string[] = [];
+  const extra = Object.keys(input).filter((key) => key !== 'ids' && key !== 'labels');
+  if (extra.length > 0) problems.push(`unknown field(s) ${extra.join(', ')}: a target takes ids and labels`);
+  const { ids } = input;
+  if (ids !== undefined && (!Array.isArray(ids) || ids.some((id) => typeof id !== 'string'))) problems.push('ids must be an array of sandbox ids');
+  const labels = input.labels === undefined ? undefined : stringMap(input.labels, 'labels', problems);
+  const named = Array.isArray(ids) ? ids.length : 0;
+  if (problems.length === 0 && named === 0 && Object.keys(labels ?? {}).length === 0) {
+    problems.push('name the sandboxes: ids and/or labels (a batch call never means every sandbox)');
+  }
+  if (problems.length > 0) refuse(problems);
+  const checkedIds = ((ids as string[] | undefined) ?? []).map(checkSandboxId);
+  return { ...(checkedIds.length > 0 ? { ids: checkedIds } : {}), ...(labels && Object.keys(labels).length > 0 ? { labels } : {}) };
 }
 
 export function checkExecRequest(input: unknown): ExecRequest {

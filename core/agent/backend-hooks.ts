@@ -1,0 +1,31 @@
+/**
+ * Reaching a backend's tap for one operation. Backends tap HookMaps keyed by
+ * their kind; an operation no tap of that kind answers is a clear error, not
+ * a silent no-op.
+ */
+import type { Dsec } from '../dsec.js';
+import { DsecError } from '../errors.js';
+
+export type BackendHookKind = 'provision' | 'exec' | 'update' | 'probe' | 'pause' | 'resume' | 'usage';
+
+/** The HookMap hook for a backend kind; none tapped -> DSEC_BACKEND_UNKNOWN (provision) or DSEC_BACKEND_UNSUPPORTED (the rest). */
+export function backendHook<K extends BackendHookKind>(dsec: Dsec, kind: K, backend: string) {
+  const hook = dsec.hooks[kind].get(backend) as ReturnType<Dsec['hooks'][K]['for']> | undefined;
+  if (!hook || !hook.isUsed()) {
+    if (kind === 'provision') throw new DsecError('DSEC_BACKEND_UNKNOWN', { backend, known: dsec.backends.join(', ') || 'none' });
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend, operation: kind });
+  }
+  return hook;
+}
+
+/** True when some tap of this backend kind answers `kind`. */
+export function backendSupports(dsec: Dsec, kind: BackendHookKind, backend: string): boolean {
+  const hook = dsec.hooks[kind].get(backend);
+  return hook !== undefined && hook.isUsed();
+}
+
+/** A thrown DsecError as is; anything else as the backend's failure at `operation`. */
+export function asDsecError(error: unknown, backend: string, operation: string, id: string): DsecError {
+  if (error instanceof DsecError) return error;
+  return new DsecError('DSEC_BACKEND_FAILED', { backend, operation, id, message: (error as Error).message }, { cause: error });
+}
