@@ -11,6 +11,7 @@ export {
 export { digestDeclaredLayers } from './layers.js';
 export { fleetSpecHash, sandboxSpecFor, newSandboxId, type SpecIdentity } from './spec.js';
 export { makePlan, indexOwnedSandboxes } from './planner.js';
+export { capacityShortfalls, capacityWarnings, type CapacityShortfall } from './capacity.js';
 export { renderPlan, planToJson, countChanges, planHasChanges, type ChangeCounts } from './render.js';
 export { savePlan, loadPlan, assertPlanFresh } from './saved-plan.js';
 export { applyPlan, type ApplyDeps, type ApplyResult } from './apply.js';

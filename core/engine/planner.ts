@@ -9,6 +9,7 @@ import type { FleetState, LayerState, Plan, PlanInput, ResourceChange, StateFile
 import { DSEC_VERSION } from '../version.js';
 import { fleetAddress, layerAddress, layerRef } from './addresses.js';
 import { withParents } from './build-layers.js';
+import { capacityWarnings } from './capacity.js';
 import { type FleetAttributes, resolveFleet } from './fleet-attributes.js';
 import { buildGraph } from './graph.js';
 import { planFleet } from './plan-fleets.js';
@@ -117,6 +118,9 @@ export function makePlan(input: PlanInput): Plan {
     });
     if (change) fleetChanges.push(change);
   }
+
+  // After every fleet is planned: what all of them free and ask for decides what fits.
+  for (const warning of capacityWarnings(fleetChanges, live)) warn(warning);
 
   const liveLayers = new Map<string, LayerRecord>(
     live.layers.map((layer) => [layerRef(layer.name, layer.version), layer]),
