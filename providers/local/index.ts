@@ -18,6 +18,7 @@ import type {
   NodeUsage,
   SandboxInfo,
   SandboxSpec,
+  SandboxTarget,
   SandboxUpdate,
 } from '../../core/live.js';
 import type { LayerModel, PluginRef } from '../../core/model.js';
@@ -100,11 +101,11 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
     publishLayer: (layer: LayerModel): Promise<LayerRecord> => call(() => client.publishLayer(layer)),
     unpublishLayer: (name: string, version: string): Promise<void> => call(() => client.unpublishLayer(name, version)),
     createSandbox: (spec: SandboxSpec): Promise<SandboxInfo> => call(() => client.createSandbox(spec)),
-    updateSandbox: (id: string, change: SandboxUpdate): Promise<SandboxInfo> => call(() => client.updateSandbox(id, change.resources ?? {})),
-    // TODO(issue 4, agent helper): batch pause/resume and node usage over the agent API.
-    pauseSandboxes: async (): Promise<BatchOutcome[]> => { throw new Error('not yet'); },
-    resumeSandboxes: async (): Promise<BatchOutcome[]> => { throw new Error('not yet'); },
-    nodeUsage: async (): Promise<NodeUsage[]> => { throw new Error('not yet'); },
+    updateSandbox: (id: string, change: SandboxUpdate): Promise<SandboxInfo> => call(() => client.updateSandbox(id, change)),
+    pauseSandboxes: (target: SandboxTarget): Promise<BatchOutcome[]> => call(() => client.pauseSandboxes(target)),
+    resumeSandboxes: (target: SandboxTarget): Promise<BatchOutcome[]> => call(() => client.resumeSandboxes(target)),
+    // One node: its report alone.
+    nodeUsage: async (): Promise<NodeUsage[]> => [await call(() => client.nodeUsage())],
     destroySandbox: async (id: string): Promise<void> => {
       await call(() => client.destroySandbox(id));
     },
