@@ -17,16 +17,16 @@ import { DSEC_VERSION } from '../version.js';
 import { asDsecError, backendHook } from './backend-hooks.js';
 import { trackBailer } from './bail-tracker.js';
 import { isBuildSandbox } from './build.js';
-import { claimSandbox, releaseClaim } from './claims.js';
 import { forEachLimited } from './concurrency.js';
 import { removeTree } from './files.js';
 import { cleanInterrupted } from './layer-admin.js';
 import { LayerService } from './layer-service.js';
 import { PauseControl } from './pause.js';
-import { DEFAULT_REAP_INTERVAL_MS, Reaper, type ReapDecision, type ReapView } from './reaper.js';
+import { DEFAULT_REAP_INTERVAL_MS, Reaper, reapViewOf, type ReapDecision, type ReapView } from './reaper.js';
+import { SandboxSettings } from './settings.js';
 import { SandboxStore, toInfo, type SandboxEntry } from './store.js';
 import { UsageReporter } from './usage.js';
-import { checkClaimRequest, checkExecRequest, checkSandboxId, checkSandboxUpdate, checkSpec, checkTarget } from './validate.js';
+import { checkClaimRequest, checkExecRequest, checkSandboxId, checkSpec, checkTarget } from './validate.js';
 
 export interface NodeAgentOptions {
   readonly dsec: Dsec;
@@ -47,6 +47,7 @@ export class NodeAgent {
   readonly layers: LayerService;
   private readonly refusedBy: WeakMap<object, string>;
   private readonly pauses: PauseControl;
+  private readonly settings: SandboxSettings;
   private readonly usage: UsageReporter;
   private readonly reaper: Reaper | undefined;
 
@@ -73,11 +74,12 @@ export class NodeAgent {
       probe,
     });
     this.pauses = new PauseControl({ dsec: this.dsec, store: this.store, probe });
+    this.settings = new SandboxSettings(this.dsec, this.store);
     this.usage = new UsageReporter({ dsec: this.dsec, node: this.node, store: this.store, nodeInfo: () => this.nodeInfo() });
     const reapIntervalMs = options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS;
     this.reaper =
       reapIntervalMs > 0
-        ? new Reaper({ intervalMs: reapIntervalMs, log: this.log, views: () => this.store.all().map(reapView), reap: (id, decide) => this.reap(id, decide) })
+        ? new Reaper({ intervalMs: reapIntervalMs, log: this.log, views: () => this.store.all().map(reapViewOf), reap: (id, decide) => this.reap(id, decide) })
         : undefined;
   }
 
@@ -281,28 +283,7 @@ export class NodeAgent {
 
   /** Change a live sandbox's resources (the backend applies them), TTLs or density settings; see SandboxUpdate. */
   async updateSandbox(idInput: unknown, changeInput: unknown): Promise<SandboxInfo> {
-    const id = checkSandboxId(idInput);
-    return this.store.withLock(id, async () => {
-      const entry = this.live(id);
-      const { ctx } = entry;
-      const change = checkSandboxUpdate(changeInput, ctx.spec);
-      if (change.resources) {
-        const done = await backendHook(this.dsec, 'update', ctx.spec.backend).promise(ctx, change.resources);
-        if (done !== true) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: ctx.spec.backend, operation: 'update' });
-      }
-      const { ttl: _ttl, ...withoutTtl } = ctx.spec;
-      const ttl = change.ttl ?? ctx.spec.ttl;
-      ctx.spec = {
-        ...withoutTtl,
-        ...(change.resources ? { resources: change.resources } : {}),
-        // `{}` removes the limits.
-        ...(ttl !== undefined && Object.keys(ttl).length > 0 ? { ttl } : {}),
-        ...(change.density ? { density: change.density } : {}),
-      };
-      await this.store.persist(entry);
-      this.log.info(`sandbox ${id}: updated ${JSON.stringify(change)}`);
-      return toInfo(entry);
-    });
+    return this.settings.update(checkSandboxId(idInput), changeInput);
   }
 
   async pauseSandbox(idInput: unknown): Promise<SandboxInfo> {
@@ -323,30 +304,12 @@ export class NodeAgent {
 
   /** Hold a running or paused sandbox for `holder` (`{holder, ttlSeconds?}`); see claims.ts. */
   async claimSandbox(idInput: unknown, input: unknown): Promise<SandboxInfo> {
-    const id = checkSandboxId(idInput);
-    const request = checkClaimRequest(input);
-    return this.store.withLock(id, async () => {
-      const entry = this.live(id);
-      claimSandbox(entry, request, Date.now());
-      await this.store.persist(entry);
-      this.log.info(`sandbox ${id}: claimed by ${request.holder}${entry.claim?.expiresAt ? ` until ${entry.claim.expiresAt}` : ''}`);
-      return toInfo(entry);
-    });
+    return this.settings.claim(checkSandboxId(idInput), checkClaimRequest(input));
   }
 
   /** End a sandbox's claim; a no-op when it has none. */
   async releaseSandbox(idInput: unknown): Promise<SandboxInfo> {
-    const id = checkSandboxId(idInput);
-    return this.store.withLock(id, async () => {
-      const entry = this.store.get(id);
-      if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-      const released = releaseClaim(entry);
-      if (released) {
-        await this.store.persist(entry);
-        this.log.info(`sandbox ${id}: claim of ${released.holder} released`);
-      }
-      return toInfo(entry);
-    });
+    return this.settings.release(checkSandboxId(idInput));
   }
 
   /**
@@ -357,7 +320,7 @@ export class NodeAgent {
   private async reap(id: string, decide: (view: ReapView) => ReapDecision | undefined): Promise<void> {
     await this.store.withLock(id, async () => {
       const entry = this.store.get(id);
-      const decision = entry && decide(reapView(entry));
+      const decision = entry && decide(reapViewOf(entry));
       if (!entry || !decision) return;
       const { spec } = entry.ctx;
       const replace = spec.labels[LABEL_FLEET] !== undefined;
@@ -412,14 +375,6 @@ export class NodeAgent {
 
   // ---------------------------------------------------------------- helpers
 
-  /** A sandbox that is up (running or paused), or why not. */
-  private live(id: string): SandboxEntry {
-    const entry = this.store.get(id);
-    if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-    if (entry.ctx.status !== 'running' && entry.ctx.status !== 'paused') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
-    return entry;
-  }
-
   /** Ask the backend what became of a sandbox we believe is up; a vanished one becomes `stopped`. */
   private async probe(entry: SandboxEntry, options: { force?: boolean } = {}): Promise<void> {
     const { ctx } = entry;
@@ -442,15 +397,3 @@ export class NodeAgent {
   }
 }
 
-function reapView(entry: SandboxEntry): ReapView {
-  const { ctx } = entry;
-  return {
-    id: ctx.spec.id,
-    status: ctx.status,
-    createdAt: ctx.createdAt,
-    ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
-    ...(ctx.spec.ttl !== undefined ? { ttl: ctx.spec.ttl } : {}),
-    ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
-    calls: entry.calls ?? 0,
-  };
-}

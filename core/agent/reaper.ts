@@ -11,6 +11,7 @@
 import type { Logger } from '../hooks.js';
 import type { SandboxClaim, SandboxStatus, SandboxTtl } from '../live.js';
 import { forEachLimited } from './concurrency.js';
+import type { SandboxEntry } from './store.js';
 
 /** Reaps running at once: each is a destroy, and for a fleet's sandbox a create. */
 const REAP_CONCURRENCY = 4;
@@ -118,4 +119,18 @@ export class Reaper {
       }
     });
   }
+}
+
+/** What the reaper sees of a sandbox entry. */
+export function reapViewOf(entry: SandboxEntry): ReapView {
+  const { ctx } = entry;
+  return {
+    id: ctx.spec.id,
+    status: ctx.status,
+    createdAt: ctx.createdAt,
+    ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
+    ...(ctx.spec.ttl !== undefined ? { ttl: ctx.spec.ttl } : {}),
+    ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
+    calls: entry.calls ?? 0,
+  };
 }

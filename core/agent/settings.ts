@@ -1,0 +1,80 @@
+/**
+ * What may change on a live sandbox without replacing it: its resources
+ * (the backend's `update` tap applies them), its TTLs and density switches
+ * (recorded in its spec: the reaper and the density taps read them there),
+ * and its claim. Each change runs under the sandbox's lock and is persisted.
+ */
+import type { Dsec } from '../dsec.js';
+import { DsecError } from '../errors.js';
+import type { SandboxInfo } from '../live.js';
+import { backendHook } from './backend-hooks.js';
+import { claimSandbox, releaseClaim } from './claims.js';
+import { toInfo, type SandboxEntry, type SandboxStore } from './store.js';
+import { checkSandboxUpdate, type ClaimRequest } from './validate.js';
+
+export class SandboxSettings {
+  constructor(
+    private readonly dsec: Dsec,
+    private readonly store: SandboxStore,
+  ) {}
+
+  /** Apply a `PATCH /v1/sandboxes/:id` body ({resources?, ttl?, density?}) to a running or paused sandbox. */
+  update(id: string, input: unknown): Promise<SandboxInfo> {
+    return this.store.withLock(id, async () => {
+      const entry = this.live(id);
+      const { ctx } = entry;
+      const change = checkSandboxUpdate(input, ctx.spec);
+      if (change.resources) {
+        const done = await backendHook(this.dsec, 'update', ctx.spec.backend).promise(ctx, change.resources);
+        if (done !== true) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: ctx.spec.backend, operation: 'update' });
+      }
+      const { ttl: previousTtl, ...rest } = ctx.spec;
+      const ttl = change.ttl ?? previousTtl;
+      ctx.spec = {
+        ...rest,
+        ...(change.resources ? { resources: change.resources } : {}),
+        // `ttl: {}` removes the limits.
+        ...(ttl !== undefined && Object.keys(ttl).length > 0 ? { ttl } : {}),
+        ...(change.density ? { density: change.density } : {}),
+      };
+      await this.store.persist(entry);
+      this.dsec.log.info(`sandbox ${id}: updated ${JSON.stringify(change)}`);
+      return toInfo(entry);
+    });
+  }
+
+  /** Claim a running or paused sandbox for `request.holder`; see claims.ts. */
+  claim(id: string, request: ClaimRequest): Promise<SandboxInfo> {
+    return this.store.withLock(id, async () => {
+      const entry = this.live(id);
+      const claim = claimSandbox(entry, request, Date.now());
+      await this.store.persist(entry);
+      this.dsec.log.info(`sandbox ${id}: claimed by ${claim.holder}${claim.expiresAt ? ` until ${claim.expiresAt}` : ''}`);
+      return toInfo(entry);
+    });
+  }
+
+  /** End the claim; a no-op when there is none. */
+  release(id: string): Promise<SandboxInfo> {
+    return this.store.withLock(id, async () => {
+      const entry = this.store.get(id);
+      if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+      const released = releaseClaim(entry);
+      if (released) {
+        await this.store.persist(entry);
+        this.dsec.log.info(`sandbox ${id}: the claim of ${released.holder} released`);
+      }
+      return toInfo(entry);
+    });
+  }
+
+  /** A sandbox that is up (running or paused), or why not. */
+  private live(id: string): SandboxEntry {
+    const entry = this.store.get(id);
+    if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+    if (entry.ctx.status !== 'running' && entry.ctx.status !== 'paused') {
+      throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: entry.ctx.status });
+    }
+    return entry;
+  }
+}
