@@ -36,6 +36,8 @@ export interface TestAgentOptions {
   readonly storage?: 'storage-local' | 'fixed';
   /** Options for backend-container. */
   readonly backendOptions?: Record<string, unknown>;
+  /** The agent's reaper interval (`--reap-interval-ms`); short for TTL tests. @default the agent's (5000) */
+  readonly reapIntervalMs?: number;
 }
 
 export class TestAgent {
@@ -47,6 +49,7 @@ export class TestAgent {
     readonly tmp: string,
     readonly root: string,
     private readonly plugins: PluginRef[],
+    private readonly reapIntervalMs?: number,
   ) {
     this.client = new AgentClient(agentPaths(root).socket);
   }
@@ -77,7 +80,7 @@ export class TestAgent {
       plugins.unshift({ name: FIXED_LAYERS_PLUGIN, options: { layers: fixedLayers } });
     }
     plugins.push(...(options.plugins ?? []));
-    const agent = new TestAgent(tmp, root, plugins);
+    const agent = new TestAgent(tmp, root, plugins, options.reapIntervalMs);
     agent.fixedLayers = fixedLayers;
     try {
       await agent.startDaemon();
@@ -104,7 +107,14 @@ export class TestAgent {
   }
 
   async startDaemon(): Promise<{ pid: number }> {
-    return startAgentDaemon({ root: this.root, plugins: this.plugins, baseDir: REPO, builtins: false, timeoutMs: 20_000 });
+    return startAgentDaemon({
+      root: this.root,
+      plugins: this.plugins,
+      baseDir: REPO,
+      builtins: false,
+      timeoutMs: 20_000,
+      ...(this.reapIntervalMs !== undefined ? { reapIntervalMs: this.reapIntervalMs } : {}),
+    });
   }
 
   async pid(): Promise<number | null> {
