@@ -28,6 +28,7 @@ const KNOWN: readonly Benchmark[] = [
   { name: 'layers-start', title: 'starting 32 sandboxes of a 1 GiB image: on demand vs pre-cached vs tar extraction' },
   { name: 'layers-read-fraction', title: "a sandbox reads a small fraction of its image's bytes" },
   { name: 'layers-replan', title: 'a toolkit upgrade across 1,000 environments publishes one layer' },
+  { name: 'qos', title: 'CPU QoS: a latency-sensitive task next to best-effort load, QoS off vs on' },
 ];
 
 const here = path.dirname(fileURLToPath(import.meta.url));
