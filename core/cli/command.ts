@@ -4,6 +4,8 @@
  * error the way users can act on it, and always release connections.
  */
 import { InvalidArgumentError, type Command } from 'commander';
+import { DsecError } from '../errors.js';
+import { durationSeconds } from '../config/units.js';
 import { CliContext } from './context.js';
 import { printError, wantsColor } from './output.js';
 
@@ -52,4 +54,25 @@ export function parsePositiveInt(value: string): number {
 
 export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
+}
+
+/** `--label k=v` / `--env K=V` flags -> a map; undefined when none was given. */
+export function parseKeyValues(values: readonly string[] | undefined, flag: string): Record<string, string> | undefined {
+  if (!values?.length) return undefined;
+  const map: Record<string, string> = {};
+  for (const value of values) {
+    const eq = value.indexOf('=');
+    if (eq < 1) throw new DsecError('DSEC_USAGE', { message: `${flag} expects key=value, got '${value}'` });
+    map[value.slice(0, eq)] = value.slice(eq + 1);
+  }
+  return map;
+}
+
+/** `90s`, `30m`, `2h`, `1d` or a number of seconds, as in the config's ttl. */
+export function parseDuration(value: string): number {
+  const seconds = durationSeconds(/^[0-9]+$/.test(value) ? Number(value) : value);
+  if (seconds === undefined || !Number.isInteger(seconds) || seconds < 1) {
+    throw new InvalidArgumentError(`expected a duration like 90s, 30m, 2h, 1d or a number of seconds, got '${value}'`);
+  }
+  return seconds;
 }

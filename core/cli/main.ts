@@ -7,6 +7,7 @@ import { registerAgentCommands } from './commands/agent.js';
 import { registerApply } from './commands/apply.js';
 import { registerConfigCommands } from './commands/config.js';
 import { registerLayerCommands } from './commands/layers.js';
+import { registerNodesCommand } from './commands/nodes.js';
 import { registerPlan } from './commands/plan.js';
 import { registerSandboxCommands } from './commands/sandbox.js';
 import { registerStateCommands } from './commands/state.js';
@@ -45,6 +46,8 @@ Examples:
   $ dsec sandbox ls                # what runs
   $ dsec sandbox exec ID -- uname -a
   $ dsec sandbox snapshot ID --as solved@1.0.0 --exclude /root/.token
+  $ dsec sandbox pause --label job=rollout-17   # freeze a job's sandboxes, reclaim their memory
+  $ dsec nodes                     # capacity, usage, shared and reclaimed memory
   $ dsec layers ls
   $ dsec plan --out tf.plan && dsec apply tf.plan
   $ dsec destroy --auto-approve`,
@@ -55,6 +58,7 @@ Examples:
   registerStateCommands(program);
   registerSandboxCommands(program);
   registerLayerCommands(program);
+  registerNodesCommand(program);
   registerAgentCommands(program);
   return program;
 }

@@ -19,6 +19,12 @@ export function colors(enabled: boolean): Colors {
   return pc.createColors(enabled);
 }
 
+/** Columns padded to their widest cell, two spaces apart, no trailing blanks. Colour cells after, not before. */
+export function table(rows: readonly (readonly string[])[]): string {
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => row[i].length)));
+  return rows.map((row) => row.map((cell, i) => cell.padEnd(widths[i])).join('  ').trimEnd()).join('\n') + '\n';
+}
+
 /** Deterministic JSON for machine output: one document, 2-space indent, newline. */
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);

@@ -7,13 +7,29 @@
  *   const box = await dsec.create({ backend: 'container', layers: [base] });
  *   const { stdout } = await dsec.exec(box.id, 'python -V');
  *   await dsec.snapshot(box.id, { as: 'solved@1.0.0', exclude: ['/root/.token'] });
+ *   await dsec.pause({ labels: { job: 'rollout-17' } });   // trainer preempted
+ *   await dsec.resume({ labels: { job: 'rollout-17' } });
  *   await dsec.destroy(box.id);
  *   await dsec.close();
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { AgentClient, type SnapshotRequestBody } from '../agent/client.js';
-import type { ExecRequest, ExecResult, LayerRecord, LayerRef, NodeInfo, SandboxInfo, SandboxSpec } from '../live.js';
+import type {
+  BatchOutcome,
+  DensitySettings,
+  ExecRequest,
+  ExecResult,
+  LayerRecord,
+  LayerRef,
+  NodeInfo,
+  NodeUsage,
+  SandboxInfo,
+  SandboxSpec,
+  SandboxTarget,
+  SandboxTtl,
+  SandboxUpdate,
+} from '../live.js';
 import type { LayerModel, PluginRef, Resources } from '../model.js';
 import { createLocalProvider } from '../../providers/local/index.js';
 
@@ -47,6 +63,20 @@ export interface CreateSandboxInput {
   readonly user?: string;
   /** @default "best-effort" */
   readonly qos?: SandboxSpec['qos'];
+  /** Lifetime limits the agent's reaper enforces. @default none */
+  readonly ttl?: SandboxTtl;
+  /** Density switches (memory sharing, reclaim on pause). @default { memorySharing: false, reclaimOnPause: true } */
+  readonly density?: DensitySettings;
+}
+
+/** Which sandboxes `pause`/`resume` act on: one id, a list of ids, or `{ ids?, labels? }`. */
+export type SandboxSelector = string | readonly string[] | SandboxTarget;
+
+/** The selector as the agent takes it. */
+export function sandboxTarget(selector: SandboxSelector): SandboxTarget {
+  if (typeof selector === 'string') return { ids: [selector] };
+  if (Array.isArray(selector)) return { ids: [...(selector as readonly string[])] };
+  return selector as SandboxTarget;
 }
 
 /** What `snapshot` takes: `{ as: 'name@version', kind?: 'workspace', exclude?: ['/root/.token'] }`. */
@@ -67,6 +97,8 @@ export function sandboxSpec(input: CreateSandboxInput): SandboxSpec {
     network: 'none',
     qos: input.qos ?? 'best-effort',
     labels: { ...input.labels },
+    ...(input.ttl ? { ttl: { ...input.ttl } } : {}),
+    ...(input.density ? { density: { ...input.density } } : {}),
   };
 }
 
@@ -115,9 +147,58 @@ export class DsecClient {
     return this.client.exec(id, { ...execRequest(command), ...options });
   }
 
-  async update(id: string, resources: Partial<Resources>): Promise<SandboxInfo> {
+  /**
+   * Change a live sandbox in place: `{ resources?, ttl?, density? }` (a bare
+   * `{ cpu, memoryMiB, pids }` is taken as resources). `ttl: {}` removes its
+   * lifetime limits; density.memorySharing cannot change on a live sandbox.
+   */
+  async update(id: string, change: SandboxUpdate | Partial<Resources>): Promise<SandboxInfo> {
     await this.ready();
-    return this.client.updateSandbox(id, resources);
+    return this.client.updateSandbox(id, change);
+  }
+
+  /**
+   * Freeze sandboxes and reclaim their memory: `pause('id')`, `pause(['a', 'b'])`
+   * or `pause({ labels: { job: 'rollout-17' } })`. An exec or file call to a
+   * paused sandbox resumes it first. Goes on past a failure: one outcome per
+   * sandbox (`ok: false` with the error's code, e.g. DSEC_SANDBOX_BUSY while an
+   * exec runs in it); throws only when the agent cannot be asked at all.
+   */
+  async pause(selector: SandboxSelector): Promise<BatchOutcome[]> {
+    await this.ready();
+    return this.client.pauseSandboxes(sandboxTarget(selector));
+  }
+
+  /** Thaw paused sandboxes (their memory prefetched), selected as for `pause`; one outcome per sandbox. */
+  async resume(selector: SandboxSelector): Promise<BatchOutcome[]> {
+    await this.ready();
+    return this.client.resumeSandboxes(sandboxTarget(selector));
+  }
+
+  /**
+   * Hold a sandbox for `holder` (a job or rollout): while the claim lasts its
+   * fleet's ttl does not reap it. With `ttlSeconds` the claim itself ends then
+   * and the sandbox is reaped (a fleet's re-created). Throws
+   * DSEC_SANDBOX_CLAIMED when another holder has it.
+   */
+  async claim(id: string, holder: string, options: { ttlSeconds?: number } = {}): Promise<SandboxInfo> {
+    await this.ready();
+    return this.client.claimSandbox(id, holder, options.ttlSeconds);
+  }
+
+  /** End a sandbox's claim: its fleet's ttl applies again. A no-op when it has none. */
+  async release(id: string): Promise<SandboxInfo> {
+    await this.ready();
+    return this.client.releaseSandbox(id);
+  }
+
+  /**
+   * Each node's usage: sandboxes by backend and state, requested vs allocatable
+   * vs used CPU and memory, shared and reclaimed memory, swap, QoS (`dsec nodes`).
+   */
+  async nodes(): Promise<NodeUsage[]> {
+    await this.ready();
+    return [await this.client.nodeUsage()];
   }
 
   /** Stop and remove a sandbox. Idempotent. */

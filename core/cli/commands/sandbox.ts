@@ -4,40 +4,25 @@
  * exec's exit code is the command's, so scripts can use it directly.
  */
 import type { Command } from 'commander';
-import { action, collect, parsePositiveInt } from '../command.js';
-import { colors, printJson } from '../output.js';
+import { action, collect, parseKeyValues, parsePositiveInt } from '../command.js';
+import { colors, printJson, table } from '../output.js';
+import { registerSandboxDensityCommands } from './sandbox-density.js';
 import { LABEL_FLEET, type SandboxInfo } from '../../live.js';
 import type { LayerKind } from '../../model.js';
 
-function table(rows: string[][]): string {
-  const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => row[i].length)));
-  return rows.map((row) => row.map((cell, i) => cell.padEnd(widths[i])).join('  ').trimEnd()).join('\n') + '\n';
-}
-
-function parseLabels(selectors: string[] | undefined): Record<string, string> | undefined {
-  if (!selectors?.length) return undefined;
-  const labels: Record<string, string> = {};
-  for (const selector of selectors) {
-    const eq = selector.indexOf('=');
-    if (eq < 1) throw new Error(`--label expects key=value, got '${selector}'`);
-    labels[selector.slice(0, eq)] = selector.slice(eq + 1);
-  }
-  return labels;
-}
-
 export function registerSandboxCommands(program: Command): void {
-  const sandbox = program.command('sandbox').description('List sandboxes and run commands in them.');
+  const sandbox = program.command('sandbox').description('List sandboxes, run commands in them, pause, resume and claim them.');
 
   sandbox
     .command('ls')
-    .description('List the sandboxes on this project\'s node agent.')
+    .description('List the sandboxes on this project\'s node agent: status (running, paused...) and who claimed each.')
     .option('--fleet <name>', 'only this fleet\'s sandboxes')
     .option('-l, --label <key=value>', 'only sandboxes with this label (repeatable)', (v: string, p: string[] = []) => [...p, v])
     .option('--json', 'print a JSON array of sandboxes')
     .action(
       action<{ fleet?: string; label?: string[]; json?: boolean; color: boolean }, []>(async (ctx, flags) => {
         const provider = await ctx.connect();
-        const labels = { ...parseLabels(flags.label), ...(flags.fleet ? { [LABEL_FLEET]: flags.fleet } : {}) };
+        const labels = { ...parseKeyValues(flags.label, '--label'), ...(flags.fleet ? { [LABEL_FLEET]: flags.fleet } : {}) };
         const sandboxes = await provider.listSandboxes(Object.keys(labels).length ? labels : undefined);
         sandboxes.sort((a, b) => a.id.localeCompare(b.id));
         if (flags.json) {
@@ -50,9 +35,18 @@ export function registerSandboxCommands(program: Command): void {
         }
         const c = colors(flags.color);
         const paint = (s: SandboxInfo) => (s.status === 'running' ? c.green : s.status === 'failed' ? c.red : c.yellow)(s.status);
-        const rows = [['ID', 'FLEET', 'STATUS', 'BACKEND', 'CPU', 'MEMORY', 'CREATED']];
+        const rows = [['ID', 'FLEET', 'STATUS', 'CLAIMED BY', 'BACKEND', 'CPU', 'MEMORY', 'CREATED']];
         for (const s of sandboxes) {
-          rows.push([s.id, s.labels[LABEL_FLEET] ?? '-', s.status, s.backend, String(s.resources.cpu), `${s.resources.memoryMiB}Mi`, s.createdAt]);
+          rows.push([
+            s.id,
+            s.labels[LABEL_FLEET] ?? '-',
+            s.status,
+            s.claim ? `${s.claim.holder}${s.claim.expiresAt ? ` until ${s.claim.expiresAt}` : ''}` : '-',
+            s.backend,
+            String(s.resources.cpu),
+            `${s.resources.memoryMiB}Mi`,
+            s.createdAt,
+          ]);
         }
         // Colour after padding, so escape codes do not break the columns.
         const text = table(rows);
@@ -83,7 +77,7 @@ export function registerSandboxCommands(program: Command): void {
             cmd: command,
             timeoutMs: flags.timeout,
             workdir: flags.workdir,
-            env: parseLabels(flags.env),
+            env: parseKeyValues(flags.env, '--env'),
             maxOutputBytes: flags.maxOutput,
             stdin,
           });
@@ -127,6 +121,8 @@ export function registerSandboxCommands(program: Command): void {
         return 0;
       }),
     );
+
+  registerSandboxDensityCommands(sandbox);
 }
 
 async function readStdin(): Promise<string | undefined> {
