@@ -95,7 +95,6 @@ export interface BundleInput {
   readonly workdir: string;
   readonly user: BundleUser;
   readonly resources: { readonly cpu: number; readonly memoryMiB: number; readonly pids: number };
-  readonly qos: 'best-effort' | 'latency-sensitive';
   /** e.g. `/dsec/<container id>`. */
   readonly cgroupsPath: string;
   /** @default 65536 */
@@ -105,7 +104,7 @@ export interface BundleInput {
 }
 
 /** The cgroup limits for a sandbox's resources, in the OCI `linux.resources` shape. */
-export function linuxResources(resources: BundleInput['resources'], qos: BundleInput['qos']) {
+export function linuxResources(resources: BundleInput['resources']) {
   const memoryBytes = Math.round(resources.memoryMiB * MIB);
   return {
     devices: [{ allow: false, access: 'rwm' }],
@@ -115,15 +114,18 @@ export function linuxResources(resources: BundleInput['resources'], qos: BundleI
     cpu: {
       quota: Math.max(1000, Math.round(resources.cpu * CPU_PERIOD_US)),
       period: CPU_PERIOD_US,
-      shares: cpuShares(resources.cpu, qos),
+      shares: cpuShares(resources.cpu),
     },
   };
 }
 
-/** Best-effort sandboxes get an eighth of the weight, so they yield under contention. */
-export function cpuShares(cpu: number, qos: BundleInput['qos']): number {
-  const perCore = qos === 'latency-sensitive' ? 1024 : 128;
-  return Math.max(2, Math.round(cpu * perCore));
+/**
+ * The CPU weight: 1024 per core asked for, whatever the QoS class. Lowering
+ * best-effort sandboxes is the density-qos plugin's job, through the idleCpu
+ * trait (cpu.idle, the lowest weight there is), not a fixed cut here.
+ */
+export function cpuShares(cpu: number): number {
+  return Math.max(2, Math.round(cpu * 1024));
 }
 
 /** `KEY=value` lines with a PATH default; sorted so the same spec gives the same bytes. */
@@ -181,7 +183,7 @@ export function bundleConfig(input: BundleInput) {
       { destination: SANDBOX_BUSYBOX, type: 'bind', source: input.hostBusybox ?? HOST_BUSYBOX, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     ],
     linux: {
-      resources: linuxResources(input.resources, input.qos),
+      resources: linuxResources(input.resources),
       cgroupsPath: input.cgroupsPath,
       namespaces: [
         { type: 'pid' },

@@ -6,6 +6,7 @@
 import { existsSync } from 'node:fs';
 import { readFile, rmdir } from 'node:fs/promises';
 import path from 'node:path';
+import type { SandboxCgroups } from '../../core/plugin-api.js';
 
 export interface CgroupMount {
   /** Where the hierarchy is mounted, e.g. /sys/fs/cgroup/freezer. */
@@ -46,6 +47,28 @@ export function cachedCgroupMounts(): Promise<CgroupMount[]> {
   knownMounts ??= cgroupMounts();
   knownMounts.catch(() => (knownMounts = undefined));
   return knownMounts;
+}
+
+/** The cgroup-v1 controllers a sandbox's folders are reported for (SandboxCgroups). */
+const V1_CONTROLLERS = ['memory', 'cpu', 'cpuacct', 'freezer', 'pids'] as const;
+
+/**
+ * Where `cgroupsPath` (e.g. `/dsec/<cid>`) lives for each controller density
+ * plugins read or write: the v1 hierarchy that has the controller (cpu and
+ * cpuacct usually share one, `cpu,cpuacct`), or the unified hierarchy on a
+ * cgroup-v2-only host. A hybrid host's unified tree holds no controller, so
+ * it is left out there.
+ */
+export async function sandboxCgroups(cgroupsPath: string): Promise<SandboxCgroups> {
+  const mounts = await cachedCgroupMounts();
+  const found: Record<string, string> = {};
+  for (const controller of V1_CONTROLLERS) {
+    const mount = mounts.find((candidate) => candidate.type === 'cgroup' && candidate.options.includes(controller));
+    if (mount) found[controller] = path.join(mount.point, cgroupsPath);
+  }
+  const unified = mounts.find((candidate) => candidate.type === 'cgroup2');
+  if (Object.keys(found).length === 0 && unified) found.unified = path.join(unified.point, cgroupsPath);
+  return found as SandboxCgroups;
 }
 
 /** The directories of `cgroupsPath` (e.g. `/dsec/<cid>`) that exist now, in every hierarchy. */

@@ -18,7 +18,7 @@ import { constants as osConstants } from 'node:os';
 import type { Readable } from 'node:stream';
 import type { ExecRequest, ExecResult } from '../../core/plugin-api.js';
 import { SANDBOX_BUSYBOX } from './bundle.js';
-import type { Runtime } from './runtime.js';
+import { runtimeCommand, type Runtime } from './runtime.js';
 
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 export const DEFAULT_OUTPUT_CAP_BYTES = 1024 * 1024;
@@ -53,6 +53,8 @@ export interface ExecOptions {
   readonly pidFile: string;
   readonly request: ExecRequest;
   readonly defaultOutputCapBytes?: number;
+  /** Words before runc (the native helper's `spawn ... --`), so the process gets the sandbox's traits. @default [] */
+  readonly prefix?: readonly string[];
 }
 
 /** Collects up to `cap` bytes; reads and drops the rest. */
@@ -97,7 +99,8 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
   const hasStdin = request.stdin !== undefined;
 
   return new Promise<ExecResult>((resolve, reject) => {
-    const child = spawn(runtime.path, execArgs(options), {
+    const [file, args] = runtimeCommand(runtime, execArgs(options), options.prefix);
+    const child = spawn(file, args, {
       stdio: [hasStdin ? 'pipe' : 'ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
     });
     const [, , runcErr, out, err] = child.stdio as unknown as [unknown, unknown, Readable, Readable, Readable];

@@ -4,12 +4,18 @@
  * private writable upper dir in the sandbox's folder.
  *
  *   provision  upper/ work/ rootfs/ -> overlay mount -> config.json -> runc run --detach
- *              (mount, umount and runc are started by launcher.ts, a small shell)
- *   exec       runc exec, output capped, killed on timeout
+ *              (mount, umount and runc are started by launcher.ts, a small shell),
+ *              behind the native helper when the sandbox has process traits;
+ *              then sandbox.cgroups, and cpu.idle for idleCpu (traits.ts)
+ *   exec       runc exec (behind the helper too), output capped, killed on timeout
  *   update     runc update (memory, swap, pids, cpu)
  *   probe      the init's pid + start time (runc state when unknown)
+ *   pause      runc pause, confirmed FROZEN in the freezer cgroup (freeze.ts)
+ *   resume     runc resume
+ *   usage      the cgroup's counters (usage.ts)
  *   snapshot   runc pause, copy the upper dir, runc resume (snapshot.ts)
  *   destroy    kill the init, runc delete, unmount, sweep cgroups (idempotent)
+ *   validate   (engine) a container fleet asks for at least MIN_CONTAINER_MEMORY_MIB (validate.ts)
  *
  * It imports only the public plugin API, like any third-party backend.
  */
@@ -26,16 +32,23 @@ import {
   type ExecRequest,
   type ExecResult,
   type Resources,
+  type SandboxCgroups,
   type SandboxContext,
+  type SandboxUsage,
+  spawnPrefix,
 } from '../../core/plugin-api.js';
 import { bundleConfig, cpuShares, CPU_PERIOD_US, HOST_BUSYBOX, SANDBOX_PRIVATE_DIR } from './bundle.js';
-import { removeCgroupDirs } from './cgroups.js';
+import { removeCgroupDirs, sandboxCgroups } from './cgroups.js';
 import { killInit, processStartTime, quickProbe } from './liveness.js';
 import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
+import { pauseContainer, resumeContainer } from './freeze.js';
 import { mountOverlay, unmountAll } from './rootfs.js';
 import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
 import { snapshotContainer } from './snapshot.js';
+import { setCpuIdle, withCpuIdleLifted } from './traits.js';
+import { readUsage } from './usage.js';
 import { resolveUser } from './users.js';
+import { checkFleetMemory } from './validate.js';
 
 export const PLUGIN_NAME = 'backend-container';
 /** The backend kind this plugin provisions (`backend: container` in a fleet). */
@@ -107,6 +120,23 @@ export default function backendContainer(options: BackendContainerOptions = {}):
         failAs('update', sandbox, () => update(getRuntime(), sandbox, resources)),
       );
       dsec.hooks.probe.for(BACKEND_KIND).tapPromise(tap, (sandbox) => failAs('probe', sandbox, () => probe(getRuntime(), sandbox)));
+      dsec.hooks.pause.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('pause', sandbox, async () => {
+          await pauseContainer(getRuntime(), containerIdOf(sandbox), await cgroupsOf(sandbox));
+          return true as const;
+        }),
+      );
+      dsec.hooks.resume.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('resume', sandbox, async () => {
+          await resumeContainer(getRuntime(), containerIdOf(sandbox), await cgroupsOf(sandbox));
+          return true as const;
+        }),
+      );
+      dsec.hooks.usage.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('read the usage of', sandbox, async (): Promise<SandboxUsage> => readUsage(await cgroupsOf(sandbox))),
+      );
+      // Engine side: refuse, at plan time, a container fleet too small to start.
+      dsec.hooks.validate.tap(PLUGIN_NAME, (config, diagnostics) => diagnostics.push(...checkFleetMemory(config, BACKEND_KIND)));
       dsec.hooks.snapshot.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
         failAs('snapshot', sandbox, () =>
           snapshotContainer(getRuntime(), { containerId: containerIdOf(sandbox), upperDir: sandboxPaths(sandbox.dir).upper }, request),
@@ -144,17 +174,20 @@ async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<tru
     workdir: sandbox.spec.workdir || '/',
     user: await resolveUser(paths.rootfs, sandbox.spec.user),
     resources: sandbox.spec.resources,
-    qos: sandbox.spec.qos,
     cgroupsPath: record.cgroupsPath,
     maxOpenFiles: await openFilesLimit(),
   });
   await writeFile(paths.config, JSON.stringify(config, null, 2), { mode: 0o600 });
 
+  // Traits are inherited from runc's own process: the helper sets them and execs runc (no trait: no helper).
+  const prefix = spawnPrefix(sandbox.traits);
   // --pid-file rather than a `runc state` afterwards: one process spawn less per create.
-  await startDetached(runtime, ['run', '--detach', '--pid-file', paths.initPid, '--bundle', sandbox.dir, cid], paths.initLog);
+  await startDetached(runtime, ['run', '--detach', '--pid-file', paths.initPid, '--bundle', sandbox.dir, cid], paths.initLog, prefix);
   const initPid = Number.parseInt(await readFile(paths.initPid, 'utf8').catch(() => ''), 10);
   const initStart = Number.isInteger(initPid) ? await processStartTime(initPid) : undefined;
   sandbox.backend = { ...record, ...(Number.isInteger(initPid) ? { initPid } : {}), ...(initStart ? { initStart } : {}) };
+  sandbox.cgroups = await sandboxCgroups(record.cgroupsPath);
+  if (sandbox.traits.idleCpu) await setCpuIdle(sandbox.cgroups, true);
   return true;
 }
 
@@ -174,21 +207,24 @@ async function exec(runtime: Runtime, sandbox: SandboxContext, request: ExecRequ
     pidFile: path.join(sandbox.dir, `exec-${randomBytes(6).toString('hex')}.pid`),
     request,
     defaultOutputCapBytes: defaultCap ?? DEFAULT_OUTPUT_CAP_BYTES,
+    prefix: spawnPrefix(sandbox.traits),
   });
 }
 
 async function update(runtime: Runtime, sandbox: SandboxContext, resources: Resources): Promise<true> {
   const memory = String(Math.round(resources.memoryMiB * 1024 * 1024));
-  await runRuntimeOk(runtime, [
+  const runUpdate = () => runRuntimeOk(runtime, [
     'update',
     '--memory', memory,
     '--memory-swap', memory,
     '--pids-limit', String(resources.pids),
     '--cpu-period', String(CPU_PERIOD_US),
     '--cpu-quota', String(Math.max(1000, Math.round(resources.cpu * CPU_PERIOD_US))),
-    '--cpu-share', String(cpuShares(resources.cpu, sandbox.spec.qos)),
+    '--cpu-share', String(cpuShares(resources.cpu)),
     containerIdOf(sandbox),
   ]);
+  if (sandbox.traits.idleCpu) await withCpuIdleLifted(await cgroupsOf(sandbox), runUpdate);
+  else await runUpdate();
   return true;
 }
 
@@ -245,6 +281,12 @@ async function containerState(runtime: Runtime, cid: string): Promise<{ status: 
   const result = await runRuntime(runtime, ['state', cid]);
   if (result.code !== 0) return undefined; // "container does not exist"
   return JSON.parse(result.stdout) as { status: string; pid: number };
+}
+
+/** The cgroup folders on record; derived again for a sandbox provisioned before they were recorded. */
+async function cgroupsOf(sandbox: SandboxContext): Promise<SandboxCgroups> {
+  sandbox.cgroups ??= await sandboxCgroups(cgroupsPathOf(containerIdOf(sandbox)));
+  return sandbox.cgroups;
 }
 
 /** The record's id when provision got that far; else the same derivation (a crash mid-provision). */

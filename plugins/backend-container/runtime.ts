@@ -60,11 +60,24 @@ export async function runRuntimeOk(runtime: Runtime, args: readonly string[]): P
 }
 
 /**
- * Start a container detached. Its stdio (and so the container init's) goes to
- * `logFile`, never to a pipe. Rejects with the tail of the log on failure.
+ * The command line that runs the runtime with `args`, behind `prefix` (the
+ * native helper's `spawn ... --`, which gives it the sandbox's process traits
+ * and then execs it; see core/native.ts): `[file, ...args]`. No prefix, no
+ * extra process.
  */
-export async function startDetached(runtime: Runtime, args: readonly string[], logFile: string): Promise<void> {
-  const { code, signal } = await launcher().run(runtime.path, args, { logFile });
+export function runtimeCommand(runtime: Runtime, args: readonly string[], prefix: readonly string[] = []): [string, string[]] {
+  const [file, ...rest] = [...prefix, runtime.path, ...args];
+  return [file!, rest];
+}
+
+/**
+ * Start a container detached, behind `prefix` (see runtimeCommand). Its stdio
+ * (and so the container init's) goes to `logFile`, never to a pipe. Rejects
+ * with the tail of the log on failure.
+ */
+export async function startDetached(runtime: Runtime, args: readonly string[], logFile: string, prefix: readonly string[] = []): Promise<void> {
+  const [file, words] = runtimeCommand(runtime, args, prefix);
+  const { code, signal } = await launcher().run(file, words, { logFile });
   if (code !== 0) {
     throw new Error(`${runtime.name} ${args[0]} exited ${code ?? signal}: ${cleanRuntimeMessage(tail(logFile))}`);
   }

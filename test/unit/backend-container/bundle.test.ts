@@ -20,7 +20,6 @@ const input: BundleInput = {
   workdir: '/work',
   user: { uid: 0, gid: 0 },
   resources: { cpu: 1.5, memoryMiB: 512, pids: 100 },
-  qos: 'best-effort',
   cgroupsPath: '/dsec/dsec-12345678-web-0',
 };
 
@@ -78,15 +77,15 @@ describe('bundle config', () => {
     expect(config.linux.readonlyPaths).toEqual(['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger', '/.dsec']);
   });
 
-  it('sets memory without swap, pids, CPU quota and QoS shares, under /dsec', () => {
+  it('sets memory without swap, pids, CPU quota and 1024 shares per core whatever the QoS class, under /dsec', () => {
     expect(config.linux.resources.memory).toEqual({ limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024 });
     expect(config.linux.resources.pids).toEqual({ limit: 100 });
-    expect(config.linux.resources.cpu).toEqual({ quota: 150_000, period: 100_000, shares: 192 });
+    expect(config.linux.resources.cpu).toEqual({ quota: 150_000, period: 100_000, shares: 1536 });
     expect(config.linux.resources.devices).toEqual([{ allow: false, access: 'rwm' }]);
     expect(config.linux.cgroupsPath).toBe('/dsec/dsec-12345678-web-0');
-    expect(cpuShares(1, 'latency-sensitive')).toBe(1024);
-    expect(cpuShares(1, 'best-effort')).toBe(128);
-    expect(cpuShares(0.001, 'best-effort')).toBe(2);
+    expect(cpuShares(1)).toBe(1024);
+    expect(cpuShares(0.25)).toBe(256);
+    expect(cpuShares(0.001)).toBe(2);
   });
 
   it('filters syscalls that would escape or reach the kernel directly', () => {
