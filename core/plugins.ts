@@ -31,10 +31,16 @@ export const BUILTIN_PLUGINS: readonly string[] = Object.freeze([
  */
 export const BUILTIN_STORAGE_PLUGINS: readonly string[] = Object.freeze(['storage-local', 'storage-3fs']);
 
-/** What a node agent loads when told nothing else: the local layer store and the container backend. */
+/**
+ * What a node agent loads when told nothing else: the local layer store, the
+ * container backend and the density plugins (each switchable with its
+ * `enabled` option in a config's `plugins:`).
+ */
 export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
   Object.freeze({ name: 'storage-local', options: Object.freeze({}) }),
   Object.freeze({ name: 'backend-container', options: Object.freeze({}) }),
+  Object.freeze({ name: 'density-admission', options: Object.freeze({}) }),
+  Object.freeze({ name: 'density-qos', options: Object.freeze({}) }),
 ]);
 
 /**

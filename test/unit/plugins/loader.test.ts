@@ -10,6 +10,9 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_AGENT_PLUGINS, loadPlugins, mergePluginRefs } from '../../../core/plugins.js';
 
+/** The defaults after the store and the backend (the density plugins), which every merge below keeps as they are. */
+const DENSITY_DEFAULTS = DEFAULT_AGENT_PLUGINS.slice(2);
+
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 let dir: string;
 
@@ -40,7 +43,12 @@ afterAll(() => {
 describe('plugin loader', () => {
   it('loads the built-ins by name, calling their factory with the options', async () => {
     const plugins = await loadPlugins([...DEFAULT_AGENT_PLUGINS, { name: 'backend-container', options: { defaultOutputCapBytes: 10 } }], dir);
-    expect(plugins.map((plugin) => plugin.name)).toEqual(['storage-local', 'backend-container', 'backend-container']);
+    expect(plugins.map((plugin) => plugin.name)).toEqual([
+      'storage-local',
+      'backend-container',
+      ...DENSITY_DEFAULTS.map((ref) => ref.name),
+      'backend-container',
+    ]);
   });
 
   it('reports invalid options of a built-in as DSEC_PLUGIN_OPTIONS', async () => {
@@ -109,6 +117,7 @@ describe('plugin loader', () => {
     expect(merged).toEqual([
       { name: 'storage-local', options: {} },
       { name: 'backend-container', options: { runtime: 'runc' } },
+      ...DENSITY_DEFAULTS,
       { name: './policy.mjs', options: {} },
     ]);
   });
@@ -118,6 +127,7 @@ describe('plugin loader', () => {
     expect(merged).toEqual([
       { name: 'storage-3fs', options: { mount: '/mnt/3fs' } },
       { name: 'backend-container', options: {} },
+      ...DENSITY_DEFAULTS,
     ]);
   });
 
