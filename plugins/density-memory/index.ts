@@ -92,6 +92,11 @@ class KsmTuner {
   }
 }
 
+/** The fleet a sandbox counts under in the usage report: its dsec.io/fleet label, or "-" as the agent names the unlabelled. */
+function fleetOf(sandbox: SandboxContext): string {
+  return sandbox.spec.labels[LABEL_FLEET] ?? '-';
+}
+
 async function reportUsage(node: NodeContext, usage: NodeUsage): Promise<void> {
   if (!existsSync(KSM_SYSFS)) return;
   const mergeable = mergeableSandboxes(node);
@@ -103,8 +108,8 @@ async function reportUsage(node: NodeContext, usage: NodeUsage): Promise<void> {
   const perFleet = new Map<string, number>();
   await Promise.all(
     mergeable.map(async (sandbox) => {
-      const fleet = sandbox.spec.labels[LABEL_FLEET];
-      if (!fleet || !sandbox.cgroups?.memory) return;
+      if (!sandbox.cgroups?.memory) return;
+      const fleet = fleetOf(sandbox);
       const pages = await mergingPages(await cgroupPids(sandbox.cgroups.memory));
       perFleet.set(fleet, (perFleet.get(fleet) ?? 0) + pages);
     }),

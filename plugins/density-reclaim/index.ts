@@ -184,8 +184,9 @@ async function reportUsage(node: NodeContext, usage: NodeUsage): Promise<void> {
       if (!now) return;
       const kept = Math.max(0, reclaim.beforeMiB - now.usageBytes / MIB);
       total += kept;
-      const fleet = sandbox.spec.labels[LABEL_FLEET];
-      if (fleet) perFleet.set(fleet, (perFleet.get(fleet) ?? 0) + kept);
+      // The agent reports sandboxes without a dsec.io/fleet label under "-".
+      const fleet = sandbox.spec.labels[LABEL_FLEET] ?? '-';
+      perFleet.set(fleet, (perFleet.get(fleet) ?? 0) + kept);
     }),
   );
   usage.memory.reclaimedMiB = Math.round(total * 10) / 10;
