@@ -50,6 +50,7 @@ export class NodeAgent {
   private readonly settings: SandboxSettings;
   private readonly usage: UsageReporter;
   private readonly reaper: Reaper | undefined;
+  private storage: NodeInfo['storage'];
 
   constructor(options: NodeAgentOptions) {
     this.dsec = options.dsec;
@@ -131,9 +132,7 @@ export class NodeAgent {
       (error: Error) => this.log.warn(`cleaning up interrupted layer listings and snapshots failed: ${error.message}`),
     );
     // The storage plugin opens its store now: its format (or why it fell back to trees) is in the log from the start.
-    await this.dsec.hooks.storageStats
-      .promise(this.node)
-      .catch((error: Error) => this.log.warn(`the storage plugin could not open its store: ${error.message}`));
+    await this.storageSummary().catch((error: Error) => this.log.warn(`the storage plugin could not open its store: ${error.message}`));
     this.log.info(
       `started with ${this.store.size} sandbox(es): re-adopted [${adopted.join(', ')}], stopped [${stopped.join(', ')}], ` +
         `cleaned up unfinished [${cleaned.join(', ')}]; backends [${this.dsec.backends.join(', ')}]; plugins [${this.dsec.plugins.join(', ')}]`,
@@ -352,15 +351,15 @@ export class NodeAgent {
 
   /** What the node is and admits; the describeNode taps refine it (admission adds allocatable, requested, its policy). */
   async nodeInfo(): Promise<NodeInfo> {
-    const storage = await this.dsec.hooks.storageStats.promise(this.node).catch(() => undefined);
+    const storage = await this.storageSummary().catch(() => undefined);
     const info: NodeInfo = {
       name: this.node.name,
       backends: this.dsec.backends,
-      capacity: { cpu: os.cpus().length, memoryMiB: Math.floor(os.totalmem() / (1024 * 1024)) },
+      capacity: this.node.capacity,
       sandboxes: this.store.size,
       agentVersion: DSEC_VERSION,
       pid: process.pid,
-      ...(storage ? { storage: { plugin: storage.plugin, format: storage.format, ...(storage.reason ? { reason: storage.reason } : {}) } } : {}),
+      ...(storage ? { storage } : {}),
     };
     return this.dsec.hooks.describeNode.promise(info, this.node).catch((error: Error) => {
       this.log.warn(`a describeNode tap failed (the node is described without it): ${error.message}`);
@@ -374,6 +373,19 @@ export class NodeAgent {
   }
 
   // ---------------------------------------------------------------- helpers
+
+  /**
+   * The storage plugin's name and format, asked once: a store keeps its
+   * format for the agent's life, and its full stats read every in-use
+   * record (O(sandboxes) file reads), too much for each `GET /v1/node`.
+   */
+  private async storageSummary(): Promise<NodeInfo['storage']> {
+    if (this.storage) return this.storage;
+    const stats = await this.dsec.hooks.storageStats.promise(this.node);
+    if (!stats) return undefined;
+    this.storage = { plugin: stats.plugin, format: stats.format, ...(stats.reason ? { reason: stats.reason } : {}) };
+    return this.storage;
+  }
 
   /** Ask the backend what became of a sandbox we believe is up; a vanished one becomes `stopped`. */
   private async probe(entry: SandboxEntry, options: { force?: boolean } = {}): Promise<void> {
