@@ -187,7 +187,7 @@ export class PauseControl {
         try {
           outcomes[index] = { id, ok: true, info: await one(id) };
         } catch (error) {
-          const failure = error instanceof DsecError ? error : asDsecError(error, 'unknown', 'batch', id);
+          const failure = error instanceof DsecError ? error : new DsecError('DSEC_AGENT_INTERNAL', { message: (error as Error).message });
           outcomes[index] = { id, ok: false, error: { code: failure.code, message: failure.message } };
         }
       },
