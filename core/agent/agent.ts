@@ -401,6 +401,7 @@ export class NodeAgent {
       if (seen !== undefined && seen !== ctx.status) {
         this.log.info(`sandbox ${ctx.spec.id}: was ${ctx.status}, the backend reports ${seen}`);
         ctx.status = seen;
+        if (seen !== 'paused') entry.pausedAt = undefined;
         await this.store.persist(entry);
       }
     } catch (error) {
