@@ -5,7 +5,7 @@
  * force a replace.
  */
 import { DsecError } from '../errors.js';
-import type { LayerRef, SandboxInfo } from '../live.js';
+import { LABEL_SPEC, type LayerRef, type SandboxInfo } from '../live.js';
 import type { ConfigModel, FleetModel } from '../model.js';
 import type { FleetState } from '../plan.js';
 import { fleetAddress, layerRef, requireLayerRef } from './addresses.js';
@@ -134,7 +134,14 @@ export function forcingPathsFromSandbox(sandbox: SandboxInfo, desired: FleetAttr
   if (sandbox.backend !== desired.backend) paths.push(['backend']);
   const liveDigests = sandbox.layers.map((layer) => layer.digest).join(',');
   if (liveDigests !== desired.layers.map((layer) => layer.digest).join(',')) paths.push(['layers']);
-  return paths.length > 0 ? paths : [['environment']];
+  if (paths.length > 0) return paths;
+  // The sandbox cannot tell its density, but its spec hash can: the desired one with memory sharing flipped.
+  const density = densityOf(desired);
+  const flipped = { ...desired, density: { ...density, memorySharing: !density.memorySharing } };
+  if (sandbox.labels[LABEL_SPEC] === fleetSpecHash(specIdentityOf(flipped, desired, desired.layers))) {
+    return [['density', 'memorySharing']];
+  }
+  return [['environment']];
 }
 
 /**

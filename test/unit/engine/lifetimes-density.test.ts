@@ -102,6 +102,24 @@ describe('planning a lifetime or density change', () => {
     expect(text).toMatch(/~ density\.memorySharing: +false -> true # forces replacement/);
   });
 
+  it('names memory sharing as the cause when the state already holds it (a half-finished rollout)', async () => {
+    const { provider, state } = await converge(project());
+    const desired = project({ fleet: { density: { memorySharing: true, reclaimOnPause: true } } });
+    const session = memorySession(state);
+    const plan = await planWith(desired, provider, session.state);
+    // Apply as far as recording the new attributes, without replacing any sandbox.
+    await session.write((current) => ({
+      ...current,
+      resources: {
+        ...current.resources,
+        'fleet.web': { ...fleetRecord(current, 'web'), attributes: plan.desired.fleets.web },
+      },
+    }));
+    const web = webChange((await planWith(desired, provider, session.state)).resource_changes);
+    expect(web.action).toBe('replace');
+    expect(web.replacePaths).toEqual([['density', 'memorySharing']]);
+  });
+
   it('plans a converged fleet with lifetimes and density set as no changes', async () => {
     const model = project({ fleet: { ttl: { idleStopSeconds: 60 }, density: { memorySharing: true, reclaimOnPause: false } } });
     const { provider, state } = await converge(model);
