@@ -128,7 +128,8 @@ export default function backendContainer(options: BackendContainerOptions = {}):
       );
       dsec.hooks.resume.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
         failAs('resume', sandbox, async () => {
-          await resumeContainer(getRuntime(), containerIdOf(sandbox), await cgroupsOf(sandbox));
+          const init = { pid: sandbox.backend.initPid, start: sandbox.backend.initStart };
+          await resumeContainer(getRuntime(), containerIdOf(sandbox), await cgroupsOf(sandbox), init);
           return true as const;
         }),
       );

@@ -17,6 +17,7 @@ import type { NodeContext, ProcessTraits, SandboxContext } from '../../../core/h
 import type { ExecRequest, Resources } from '../../../core/live.js';
 import { probeNativeSupport } from '../../../core/native.js';
 import { existingCgroupDirs } from '../../../plugins/backend-container/cgroups.js';
+import { killPending } from '../../../plugins/backend-container/freeze.js';
 import backendContainer, { cgroupsPathOf, containerId } from '../../../plugins/backend-container/index.js';
 import { sweep } from '../../helpers/agent-fixture.js';
 import { buildBusyboxTree } from '../../helpers/busybox-tree.js';
@@ -192,6 +193,17 @@ describe('cgroups, pause, resume and usage of container sandboxes', () => {
     expect(await exec(box, ['cat', '/tmp/file'])).toMatchObject({ exitCode: 0, stdout: 'kept\n' });
     // Resuming a running sandbox is a no-op too.
     expect(await dsec.hooks.resume.for(KIND).promise(box)).toBe(true);
+  });
+
+  it('returns from resume only once an init killed while frozen is gone, so the next probe says stopped', async () => {
+    const box = sandbox('killed-frozen', {});
+    const initPid = await provision(box);
+    await dsec.hooks.pause.for(KIND).promise(box);
+    process.kill(initPid, 'SIGKILL');
+    // Frozen, it cannot die yet: the kill is pending, which is how resume knows to wait.
+    expect(killPending(initPid)).toBe(true);
+    expect(await dsec.hooks.resume.for(KIND).promise(box)).toBe(true);
+    expect(await dsec.hooks.probe.for(KIND).promise(box)).toBe('stopped');
   });
 
   it('pauses and resumes a sandbox with traits, which keep their attributes', async () => {
