@@ -40,6 +40,8 @@ export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
   Object.freeze({ name: 'storage-local', options: Object.freeze({}) }),
   Object.freeze({ name: 'backend-container', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-admission', options: Object.freeze({}) }),
+  Object.freeze({ name: 'density-memory', options: Object.freeze({}) }),
+  Object.freeze({ name: 'density-reclaim', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-qos', options: Object.freeze({}) }),
 ]);
 
