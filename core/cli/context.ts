@@ -11,7 +11,7 @@ import { Dsec } from '../dsec.js';
 import { DsecError, type Diagnostic, type SourceLocation } from '../errors.js';
 import type { Logger } from '../hooks.js';
 import type { ConfigModel } from '../model.js';
-import { loadPlugins } from '../plugins.js';
+import { DEFAULT_AGENT_PLUGINS, loadPlugins, mergePluginRefs } from '../plugins.js';
 import type { Provider } from '../provider.js';
 import { LocalStateStore } from '../state/index.js';
 import type { AgentClient } from '../agent/client.js';
@@ -63,10 +63,14 @@ export class CliContext {
       const file = this.configFile();
       // Plugins must be applied before validation, since they may add rules;
       // so the config is loaded once plain (to read `plugins:`), then again
-      // through the hooks. Loading is cheap next to what a plan does.
+      // through the hooks. Loading is cheap next to what a plan does. The
+      // engine loads what the node agent will (the built-ins and the
+      // config's), so a backend's validate rules (the container's memory
+      // minimum) and a plugin's bad options are reported by `dsec validate`,
+      // before any agent starts.
       const first = await loadConfig(file);
       const dsec = new Dsec({ log: this.log });
-      dsec.use(...(await loadPlugins(first.model.plugins, first.model.dir)));
+      dsec.use(...(await loadPlugins(mergePluginRefs(DEFAULT_AGENT_PLUGINS, first.model.plugins), first.model.dir)));
       const { model, warnings, locate } = await loadConfig(file, { dsec });
       return { config: model, warnings, dsec, locate };
     })();
