@@ -208,6 +208,12 @@ export interface SandboxInfo {
   readonly pausedAt?: string;
   readonly claim?: SandboxClaim;
   readonly ttl?: SandboxTtl;
+  /**
+   * The density plugins' own records of it, by plugin name, for display
+   * (e.g. `density-reclaim`: what its last pause pushed out, its last
+   * prefetch). Each plugin documents its record; absent when none kept one.
+   */
+  readonly density?: Readonly<Record<string, unknown>>;
 }
 
 export interface NodeInfo {

@@ -210,5 +210,6 @@ export function toInfo(entry: SandboxEntry): SandboxInfo {
     ...(entry.pausedAt !== undefined && ctx.status === 'paused' ? { pausedAt: entry.pausedAt } : {}),
     ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
     ...(ctx.spec.ttl !== undefined ? { ttl: ctx.spec.ttl } : {}),
+    ...(Object.keys(ctx.density).length > 0 ? { density: ctx.density } : {}),
   };
 }

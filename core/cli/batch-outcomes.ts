@@ -18,7 +18,7 @@ export interface ReclaimFigures {
  * where an agent reports the plugins' records with the info; undefined otherwise.
  */
 export function reclaimOf(info: SandboxInfo): ReclaimFigures | undefined {
-  const records = (info as { density?: unknown }).density;
+  const records = info.density;
   if (!records || typeof records !== 'object') return undefined;
   const record = (records as Record<string, unknown>)['density-reclaim'];
   const reclaim = record && typeof record === 'object' ? (record as { reclaim?: unknown }).reclaim : undefined;
