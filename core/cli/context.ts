@@ -6,12 +6,13 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { findConfigFile, loadConfig } from '../config/index.js';
-import { Dsec } from '../dsec.js';
-import { DsecError, type Diagnostic, type SourceLocation } from '../errors.js';
+import { findConfigFile, loadConfig, type LoadedConfig } from '../config/index.js';
+import { invalid as invalidConfig } from '../config/load.js';
+import { Dsec, type DsecPlugin } from '../dsec.js';
+import { DsecError, isDsecError, type Diagnostic, type SourceLocation } from '../errors.js';
 import type { Logger } from '../hooks.js';
 import type { ConfigModel } from '../model.js';
-import { DEFAULT_AGENT_PLUGINS, loadPlugins, mergePluginRefs } from '../plugins.js';
+import { DEFAULT_AGENT_PLUGINS, loadPlugin, mergePluginRefs } from '../plugins.js';
 import type { Provider } from '../provider.js';
 import { LocalStateStore } from '../state/index.js';
 import type { AgentClient } from '../agent/client.js';
@@ -70,7 +71,7 @@ export class CliContext {
       // before any agent starts.
       const first = await loadConfig(file);
       const dsec = new Dsec({ log: this.log });
-      dsec.use(...(await loadPlugins(mergePluginRefs(DEFAULT_AGENT_PLUGINS, first.model.plugins), first.model.dir)));
+      dsec.use(...(await loadProjectPlugins(first)));
       const { model, warnings, locate } = await loadConfig(file, { dsec });
       return { config: model, warnings, dsec, locate };
     })();
@@ -116,4 +117,26 @@ export class CliContext {
   async close(): Promise<void> {
     await this.provider?.close();
   }
+}
+
+/**
+ * The agent's default plugins with the config's on top, loaded. A config
+ * plugin that cannot be loaded, or refuses its options, is reported as a
+ * config error located at its entry (`plugins[i].name` / `.options`), like
+ * any other bad field.
+ */
+async function loadProjectPlugins(loaded: LoadedConfig): Promise<DsecPlugin[]> {
+  const { model } = loaded;
+  const plugins: DsecPlugin[] = [];
+  for (const ref of mergePluginRefs(DEFAULT_AGENT_PLUGINS, model.plugins)) {
+    try {
+      plugins.push(await loadPlugin(ref, model.dir));
+    } catch (error) {
+      const index = model.plugins.indexOf(ref);
+      if (index < 0 || !(isDsecError(error, 'DSEC_PLUGIN_OPTIONS') || isDsecError(error, 'DSEC_PLUGIN_LOAD'))) throw error;
+      const at = `/plugins/${index}/${error.code === 'DSEC_PLUGIN_OPTIONS' ? 'options' : 'name'}`;
+      throw invalidConfig([{ code: error.code, severity: 'error', message: error.message, path: at, location: loaded.locate(at) }]);
+    }
+  }
+  return plugins;
 }

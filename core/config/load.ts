@@ -100,7 +100,7 @@ function throwIfErrors(diagnostics: readonly Diagnostic[]): void {
 }
 
 /** Errors only: warnings are not why a load failed, and `count` must match what is listed. */
-function invalid(diagnostics: readonly Diagnostic[]): DsecError {
+export function invalid(diagnostics: readonly Diagnostic[]): DsecError {
   const errors = sortDiagnostics(diagnostics.filter((diagnostic) => diagnostic.severity === 'error'));
   return new DsecError('DSEC_CONFIG_INVALID', { count: errors.length }, { diagnostics: errors });
 }

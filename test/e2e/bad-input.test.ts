@@ -31,6 +31,24 @@ const BAD: Record<string, { from: string; to: string; code: string; where: RegEx
   'negative replicas': { from: 'replicas: 1', to: 'replicas: -2', code: 'DSEC_CONFIG', where: /dsec\.yaml:13:15/ },
   'absurd replicas': { from: 'replicas: 1', to: 'replicas: 10000000', code: 'DSEC_CONFIG', where: /dsec\.yaml:13:15/ },
   'a bad version': { from: 'version: 1.0.0', to: 'version: latest', code: 'DSEC_CONFIG', where: /dsec\.yaml:5:14/ },
+  'an overcommit ratio below 1': {
+    from: '    replicas: 1\n',
+    to: '    replicas: 1\nplugins:\n  - name: density-admission\n    options:\n      overcommit: { memory: 0.5 }\n',
+    code: 'DSEC_PLUGIN_OPTIONS',
+    where: /dsec\.yaml:17:\d+/,
+  },
+  'a plugin that does not exist': {
+    from: '    replicas: 1\n',
+    to: '    replicas: 1\nplugins:\n  - name: ./no-such-plugin.js\n',
+    code: 'DSEC_PLUGIN_LOAD',
+    where: /dsec\.yaml:15:\d+/,
+  },
+  'a memory limit below what the container backend needs': {
+    from: '    replicas: 1\n',
+    to: '    replicas: 1\n    resources: { memory: 16Mi }\n',
+    code: 'DSEC_CONFIG_INVALID_VALUE',
+    where: /dsec\.yaml:14:\d+/,
+  },
 };
 
 describe('bad input', () => {
