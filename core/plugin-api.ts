@@ -18,6 +18,8 @@ export {
   type SandboxCgroups,
 } from './hooks.js';
 export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './errors.js';
+/** Options checked against the plugin's JSON Schema, every problem in one DSEC_PLUGIN_OPTIONS. */
+export { checkPluginOptions, type PluginOptionsSchema, type PluginOptionHints } from './plugin-options.js';
 export * from './live.js';
 export type * from './model.js';
 export type * from './plan.js';

@@ -1,11 +1,10 @@
 /**
- * density-admission's options, their JSON Schema and readable validation
- * errors. Defaults follow what agent sandboxes do: they use a sliver of the
- * CPU they ask for (CPU 20x) but hold their memory (memory 1x), and the host
- * keeps 512 MiB for itself and the agent.
+ * density-admission's options, their JSON Schema and their defaults.
+ * Defaults follow what agent sandboxes do: they use a sliver of the CPU they
+ * ask for (CPU 20x) but hold their memory (memory 1x), and the host keeps
+ * 512 MiB for itself and the agent.
  */
-import { Ajv, type ErrorObject } from 'ajv';
-import { DsecError, type OvercommitPolicy } from '../../core/plugin-api.js';
+import { checkPluginOptions, type OvercommitPolicy } from '../../core/plugin-api.js';
 
 export const PLUGIN_NAME = 'density-admission';
 
@@ -38,39 +37,17 @@ const optionsSchema = {
   },
 } as const;
 
-const validate = new Ajv({ allErrors: true, verbose: true }).compile<DensityAdmissionOptions>(optionsSchema);
-
-const KNOWN: Readonly<Record<string, string>> = {
-  '': 'enabled, overcommit, reserve',
-  overcommit: 'cpu, memory',
-  reserve: 'cpu, memoryMiB',
-};
-
-function describe(error: ErrorObject): string {
-  const field = error.instancePath.replace(/^\//, '').replace(/\//g, '.');
-  switch (error.keyword) {
-    case 'additionalProperties': {
-      const name = field ? `${field}.${String(error.params.additionalProperty)}` : String(error.params.additionalProperty);
-      return `unknown option ${name} (known${field ? ` in ${field}` : ''}: ${KNOWN[field] ?? ''})`;
-    }
-    case 'minimum':
-      return field.startsWith('overcommit.')
-        ? `overcommit ratio ${field} must be at least 1 (requests up to ${field.slice('overcommit.'.length)} capacity x ratio; below 1 would admit less than the machine has), got ${String(error.data)}`
-        : `${field} must not be negative, got ${String(error.data)}`;
-    case 'type':
-      return field === '' ? 'options must be an object' : `option ${field} must be a ${String(error.params.type)}`;
-    default:
-      return `option ${field || '(options)'} ${error.message ?? 'is invalid'}`;
-  }
-}
+/**
+ * Why a ratio below 1 is refused: the schema only says "at least 1", a user
+ * setting 0.5 to be careful needs to hear that it would leave capacity unused.
+ */
+const ratioHint = (resource: string): string =>
+  `must be at least 1, as an overcommit ratio (requests up to ${resource} capacity x ratio; below 1 would admit less than the machine has)`;
+const hints = { 'overcommit.cpu': ratioHint('cpu'), 'overcommit.memory': ratioHint('memory') };
 
 /** The policy the options ask for, defaults filled; throws DSEC_PLUGIN_OPTIONS listing every problem. */
 export function parseOptions(options: unknown): { enabled: boolean; policy: OvercommitPolicy } {
-  const value = options ?? {};
-  if (!validate(value)) {
-    const problems = (validate.errors ?? []).map(describe);
-    throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
-  }
+  const value = checkPluginOptions<DensityAdmissionOptions>(PLUGIN_NAME, optionsSchema, options, hints);
   return {
     enabled: value.enabled ?? true,
     policy: {

@@ -1,8 +1,7 @@
 /**
- * density-memory's options, their JSON Schema and readable validation errors.
+ * density-memory's options, their JSON Schema and their defaults.
  */
-import { Ajv, type ErrorObject } from 'ajv';
-import { DsecError } from '../../core/plugin-api.js';
+import { checkPluginOptions } from '../../core/plugin-api.js';
 
 export interface DensityMemoryOptions {
   /** Switch the plugin off (a bench measuring density without sharing): no trait is set, KSM is left alone. @default true */
@@ -42,31 +41,9 @@ const optionsSchema = {
   },
 } as const;
 
-const validate = new Ajv({ allErrors: true }).compile<DensityMemoryOptions>(optionsSchema);
-
-function describe(error: ErrorObject, options: Record<string, unknown>): string {
-  const field = error.instancePath.replace(/^\//, '');
-  const got = JSON.stringify(options[field]);
-  switch (error.keyword) {
-    case 'additionalProperties':
-      return `unknown option ${JSON.stringify(error.params.additionalProperty)} (known: enabled, maxPagesToScan, sleepMillisecs)`;
-    case 'type':
-      return field === '' ? 'options must be an object' : `option ${field} must be ${error.params.type === 'integer' ? 'an integer' : `a ${error.params.type}`}, got ${got}`;
-    case 'minimum':
-    case 'maximum':
-      return `option ${field} must be ${error.keyword === 'minimum' ? 'at least' : 'at most'} ${error.params.limit}, got ${got}`;
-    default:
-      return `option ${field || '(options)'} ${error.message ?? 'is invalid'}`;
-  }
-}
-
 /** Validate the user's options and apply the defaults; throws DSEC_PLUGIN_OPTIONS listing every problem. */
 export function parseMemoryOptions(options: unknown): ResolvedMemoryOptions {
-  const value = options ?? {};
-  if (!validate(value)) {
-    const problems = (validate.errors ?? []).map((error) => describe(error, value as Record<string, unknown>));
-    throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
-  }
+  const value = checkPluginOptions<DensityMemoryOptions>(PLUGIN_NAME, optionsSchema, options);
   return {
     enabled: value.enabled ?? true,
     maxPagesToScan: value.maxPagesToScan ?? DEFAULT_MAX_PAGES_TO_SCAN,

@@ -2,7 +2,7 @@
  * density-qos's options: only the switch, so a config or a benchmark can
  * turn CPU QoS off on a node.
  */
-import { DsecError } from '../../core/plugin-api.js';
+import { checkPluginOptions } from '../../core/plugin-api.js';
 
 export const PLUGIN_NAME = 'density-qos';
 
@@ -11,16 +11,17 @@ export interface DensityQosOptions {
   readonly enabled?: boolean;
 }
 
+const optionsSchema = {
+  $id: 'https://dsec.dev/schemas/plugins/density-qos.json',
+  title: 'density-qos options',
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    enabled: { type: 'boolean', description: 'Give each sandbox its QoS class\'s CPU scheduling (default true).' },
+  },
+} as const;
+
 /** Throws DSEC_PLUGIN_OPTIONS listing every problem. */
 export function parseOptions(options: unknown): { enabled: boolean } {
-  const value = options ?? {};
-  const problems: string[] = [];
-  if (typeof value !== 'object' || Array.isArray(value)) problems.push('options must be an object');
-  else {
-    for (const key of Object.keys(value)) if (key !== 'enabled') problems.push(`unknown option ${JSON.stringify(key)} (known: enabled)`);
-    const { enabled } = value as { enabled?: unknown };
-    if (enabled !== undefined && typeof enabled !== 'boolean') problems.push(`option enabled must be a boolean, got ${JSON.stringify(enabled)}`);
-  }
-  if (problems.length > 0) throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
-  return { enabled: (value as DensityQosOptions).enabled ?? true };
+  return { enabled: checkPluginOptions<DensityQosOptions>(PLUGIN_NAME, optionsSchema, options).enabled ?? true };
 }

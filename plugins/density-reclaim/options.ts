@@ -1,8 +1,7 @@
 /**
- * density-reclaim's options, their JSON Schema and readable validation errors.
+ * density-reclaim's options, their JSON Schema and their defaults.
  */
-import { Ajv, type ErrorObject } from 'ajv';
-import { DsecError } from '../../core/plugin-api.js';
+import { checkPluginOptions } from '../../core/plugin-api.js';
 
 export type ZramAlgorithm = 'lz4' | 'zstd' | 'lzo-rle';
 
@@ -49,41 +48,9 @@ const optionsSchema = {
   },
 } as const;
 
-const validate = new Ajv({ allErrors: true }).compile<DensityReclaimOptions>(optionsSchema);
-
-function valueAt(options: unknown, pointer: string): unknown {
-  let value = options;
-  for (const part of pointer.split('/').filter(Boolean)) value = (value as Record<string, unknown> | undefined)?.[part];
-  return value;
-}
-
-function describe(error: ErrorObject, options: unknown): string {
-  const field = error.instancePath.replace(/^\//, '').replace(/\//g, '.');
-  const got = JSON.stringify(valueAt(options, error.instancePath));
-  switch (error.keyword) {
-    case 'additionalProperties':
-      return `unknown option ${field ? `${field}.` : ''}${error.params.additionalProperty} (known: ${field === 'swap' ? 'swap.zramMiB, swap.algorithm' : 'enabled, swap'})`;
-    case 'required':
-      return `option ${field}.${error.params.missingProperty} is required`;
-    case 'type':
-      return field === '' ? 'options must be an object' : `option ${field} must be ${error.params.type === 'integer' ? 'an integer' : `a ${error.params.type}`}, got ${got}`;
-    case 'minimum':
-    case 'maximum':
-      return `option ${field} must be ${error.keyword === 'minimum' ? 'at least' : 'at most'} ${error.params.limit}, got ${got}`;
-    case 'enum':
-      return `option ${field} must be one of ${(error.params.allowedValues as string[]).join(', ')}, got ${got}`;
-    default:
-      return `option ${field || '(options)'} ${error.message ?? 'is invalid'}`;
-  }
-}
-
 /** Validate the user's options and apply the defaults; throws DSEC_PLUGIN_OPTIONS listing every problem. */
 export function parseReclaimOptions(options: unknown): ResolvedReclaimOptions {
-  const value = options ?? {};
-  if (!validate(value)) {
-    const problems = (validate.errors ?? []).map((error) => describe(error, value));
-    throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
-  }
+  const value = checkPluginOptions<DensityReclaimOptions>(PLUGIN_NAME, optionsSchema, options);
   return {
     enabled: value.enabled ?? true,
     ...(value.swap ? { swap: { zramMiB: value.swap.zramMiB, algorithm: value.swap.algorithm ?? DEFAULT_ALGORITHM } } : {}),

@@ -1,8 +1,8 @@
 /**
- * storage-3fs options, their JSON Schema and readable validation errors.
+ * storage-3fs options and their JSON Schema (checked by the plugin API's
+ * checkPluginOptions).
  */
-import { Ajv, type ErrorObject } from 'ajv';
-import { DsecError } from '../../core/plugin-api.js';
+import { checkPluginOptions } from '../../core/plugin-api.js';
 
 export interface Storage3fsCacheOptions {
   /**
@@ -44,7 +44,7 @@ const optionsSchema = {
   additionalProperties: false,
   required: ['mount'],
   properties: {
-    mount: { ...absolutePath, description: 'The 3FS mount (or a folder in it) holding the shared store.' },
+    mount: { ...absolutePath, description: 'The 3FS mount path, or a folder in it: the store every node shares.' },
     cache: {
       type: 'object',
       additionalProperties: false,
@@ -57,37 +57,10 @@ const optionsSchema = {
   },
 } as const;
 
-const validate = new Ajv({ allErrors: true }).compile<Storage3fsOptions>(optionsSchema);
-
-function valueAt(options: unknown, pointer: string): unknown {
-  let value = options;
-  for (const part of pointer.split('/').filter(Boolean)) value = (value as Record<string, unknown> | undefined)?.[part];
-  return value;
-}
-
-function describe(error: ErrorObject, options: unknown): string {
-  const field = error.instancePath.replace(/^\//, '').replace(/\//g, '.');
-  switch (error.keyword) {
-    case 'required':
-      return `option ${error.params.missingProperty} is required (the 3FS mount path)`;
-    case 'additionalProperties':
-      return `unknown option ${field ? `${field}.` : ''}${error.params.additionalProperty} (known: ${field === 'cache' ? 'dir, maxBytes' : 'mount, cache, format'})`;
-    case 'pattern':
-    case 'minLength':
-      return `option ${field} must be an absolute path, got ${JSON.stringify(valueAt(options, error.instancePath))}`;
-    case 'enum':
-      return `option ${field} must be one of ${(error.params.allowedValues as string[]).join(', ')}, got ${JSON.stringify(valueAt(options, error.instancePath))}`;
-    case 'type':
-      return field === '' ? 'options must be an object' : `option ${field} must be a ${error.params.type}`;
-    default:
-      return `option ${field || '(options)'} ${error.message ?? 'is invalid'}`;
-  }
-}
-
 /** Validate the user's options; throws DSEC_PLUGIN_OPTIONS listing every problem. */
 export function parseOptions(options: unknown): Storage3fsOptions {
-  const value = options ?? {};
-  if (validate(value)) return value;
-  const problems = (validate.errors ?? []).map((error) => describe(error, value));
-  throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
+  return checkPluginOptions<Storage3fsOptions>(PLUGIN_NAME, optionsSchema, options, {
+    mount: 'must be an absolute path',
+    'cache.dir': 'must be an absolute path',
+  });
 }

@@ -1,8 +1,8 @@
 /**
- * The plugin's options, their JSON Schema and readable validation errors.
+ * The plugin's options and their JSON Schema (checked by the plugin API's
+ * checkPluginOptions).
  */
-import { Ajv, type ErrorObject } from 'ajv';
-import { DsecError } from '../../core/plugin-api.js';
+import { checkPluginOptions } from '../../core/plugin-api.js';
 
 export interface StorageLocalOptions {
   /**
@@ -39,31 +39,7 @@ const optionsSchema = {
   },
 } as const;
 
-const validate = new Ajv({ allErrors: true }).compile<StorageLocalOptions>(optionsSchema);
-
-function describe(error: ErrorObject, options: unknown): string {
-  const field = error.instancePath.replace(/^\//, '');
-  switch (error.keyword) {
-    case 'additionalProperties':
-      return `unknown option ${JSON.stringify(error.params.additionalProperty)} (known: root, format, compression)`;
-    case 'pattern':
-    case 'minLength': {
-      const value = (options as Record<string, unknown>)[field];
-      return `option ${field} must be an absolute path, got ${JSON.stringify(value)}`;
-    }
-    case 'enum':
-      return `option ${field} must be one of ${(error.params.allowedValues as string[]).join(', ')}, got ${JSON.stringify((options as Record<string, unknown>)[field])}`;
-    case 'type':
-      return field === '' ? `options must be an object` : `option ${field} must be a ${error.params.type}`;
-    default:
-      return `option ${field || '(options)'} ${error.message ?? 'is invalid'}`;
-  }
-}
-
 /** Validate the user's options; throws DSEC_PLUGIN_OPTIONS listing every problem. */
 export function parseOptions(options: unknown): StorageLocalOptions {
-  const value = options ?? {};
-  if (validate(value)) return value;
-  const problems = (validate.errors ?? []).map((error) => describe(error, value));
-  throw new DsecError('DSEC_PLUGIN_OPTIONS', { name: PLUGIN_NAME, message: problems.join('; ') });
+  return checkPluginOptions<StorageLocalOptions>(PLUGIN_NAME, optionsSchema, options, { root: 'must be an absolute path' });
 }

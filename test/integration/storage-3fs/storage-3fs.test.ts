@@ -94,9 +94,9 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
 
 describe('storage-3fs options', () => {
   it('requires the mount and refuses unknown or relative options with DSEC_PLUGIN_OPTIONS', () => {
-    expect(() => storage3fs({} as never)).toThrow('plugin storage-3fs has invalid options: option mount is required (the 3FS mount path)');
+    expect(() => storage3fs({} as never)).toThrow('plugin storage-3fs has invalid options: option mount is required (the 3FS mount path, or a folder in it');
     expect(() => storage3fs({ mount: 'rel' })).toThrow('option mount must be an absolute path, got "rel"');
-    expect(() => storage3fs({ mount: '/m', cache: { size: 1 } } as never)).toThrow('unknown option cache.size (known: dir, maxBytes)');
+    expect(() => storage3fs({ mount: '/m', cache: { size: 1 } } as never)).toThrow('unknown option cache.size (known in cache: dir, maxBytes)');
     expect(() => storage3fs({ mount: '/m', cache: { dir: 'c' } })).toThrow('option cache.dir must be an absolute path, got "c"');
   });
 

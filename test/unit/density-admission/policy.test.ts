@@ -109,7 +109,7 @@ describe('density-admission options', () => {
   it('refuses an overcommit ratio below 1 with DSEC_PLUGIN_OPTIONS naming the ratio and the value', () => {
     const error = optionsError({ overcommit: { memory: 0.5 } });
     expect(error.code).toBe('DSEC_PLUGIN_OPTIONS');
-    expect(error.message).toMatch(/^plugin density-admission has invalid options: overcommit ratio overcommit\.memory must be at least 1 .*got 0\.5$/);
+    expect(error.message).toMatch(/^plugin density-admission has invalid options: option overcommit\.memory must be at least 1, as an overcommit ratio \(requests up to memory capacity x ratio; .*\), got 0\.5$/);
   });
 
   it('refuses negative reserves and unknown keys, listing every problem at once', () => {

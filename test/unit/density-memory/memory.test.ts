@@ -32,7 +32,7 @@ describe('options', () => {
     } catch (error) {
       expect(isDsecError(error) && error.code).toBe('DSEC_PLUGIN_OPTIONS');
       expect((error as Error).message).toBe(
-        'plugin density-memory has invalid options: unknown option "maxPages" (known: enabled, maxPagesToScan, sleepMillisecs)',
+        'plugin density-memory has invalid options: unknown option maxPages (known: enabled, maxPagesToScan, sleepMillisecs)',
       );
     }
   });

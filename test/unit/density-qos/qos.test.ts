@@ -47,7 +47,7 @@ describe('density-qos options', () => {
     expect(() => parseOptions({ enabled: 'yes', coreSched: true })).toThrow(
       expect.objectContaining({
         code: 'DSEC_PLUGIN_OPTIONS',
-        message: 'plugin density-qos has invalid options: unknown option "coreSched" (known: enabled); option enabled must be a boolean, got "yes"',
+        message: 'plugin density-qos has invalid options: unknown option coreSched (known: enabled); option enabled must be a boolean, got "yes"',
       }),
     );
   });

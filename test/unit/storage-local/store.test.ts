@@ -198,7 +198,7 @@ describe('listing', () => {
 describe('options', () => {
   it('refuses an unknown option with DSEC_PLUGIN_OPTIONS', () => {
     expect(() => storageLocal({ rooot: '/x' } as never)).toThrow(
-      'plugin storage-local has invalid options: unknown option "rooot" (known: root, format, compression)',
+      'plugin storage-local has invalid options: unknown option rooot (known: root, format, compression)',
     );
   });
 
