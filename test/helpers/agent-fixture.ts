@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../../core/agent/client.js';
 import { agentStatus, startAgentDaemon, stopAgent } from '../../core/agent/daemon.js';
 import { agentPaths } from '../../core/agent/layout.js';
-import type { LayerRef } from '../../core/live.js';
+import type { LayerRef, SandboxSpec } from '../../core/live.js';
 import type { PluginRef } from '../../core/model.js';
 import { containerId } from '../../plugins/backend-container/index.js';
 import { cgroupMountPoints } from '../../plugins/backend-container/cgroups.js';
@@ -56,6 +56,26 @@ export class TestAgent {
 
   get socket(): string {
     return agentPaths(this.root).socket;
+  }
+
+  /**
+   * A container sandbox on the base layer: half a CPU, 64 MiB, 64 pids, no
+   * network, best-effort, nothing else set; `extra` replaces whole fields.
+   */
+  spec(id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
+    return {
+      id,
+      backend: 'container',
+      layers: [this.baseLayer],
+      env: {},
+      workdir: '/',
+      user: 'root',
+      resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
+      network: 'none',
+      qos: 'best-effort',
+      labels: {},
+      ...extra,
+    };
   }
 
   /** The runc container id of a sandbox of this agent. */

@@ -8,26 +8,9 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../../core/agent/client.js';
 import { startAgentDaemon, stopAgent } from '../../../core/agent/daemon.js';
-import type { SandboxSpec } from '../../../core/live.js';
 import { mountPointsUnder, REPO, runcContainers, TestAgent } from '../../helpers/agent-fixture.js';
 
 let agent: TestAgent;
-
-function spec(id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-    ...extra,
-  };
-}
 
 /** A raw request on the socket, for what the typed client would never send. */
 function raw(method: string, urlPath: string, body?: string | Buffer): Promise<{ status: number; json: any }> {
@@ -85,13 +68,13 @@ describe('agent API', () => {
   });
 
   it('names the known backends when a spec asks for an unknown one', async () => {
-    const error = await agent.client.createSandbox(spec('unknown-backend', { backend: 'teleporter' })).catch((e) => e);
+    const error = await agent.client.createSandbox(agent.spec('unknown-backend', { backend: 'teleporter' })).catch((e) => e);
     expect(error).toMatchObject({ code: 'DSEC_BACKEND_UNKNOWN', message: 'no plugin provides backend teleporter (have: container)' });
     await expect(agent.client.getSandbox('unknown-backend')).rejects.toMatchObject({ code: 'DSEC_SANDBOX_NOT_FOUND' });
   });
 
   it('reports which plugin refused a sandbox at admission, and leaves nothing of it', async () => {
-    const error = await agent.client.createSandbox(spec('refused', { labels: { refuse: 'node is full' } })).catch((e) => e);
+    const error = await agent.client.createSandbox(agent.spec('refused', { labels: { refuse: 'node is full' } })).catch((e) => e);
     expect(error).toMatchObject({ code: 'DSEC_ADMISSION_REFUSED', message: 'sandbox refused was refused by test-refuse: node is full' });
     expect(runcContainers()).not.toContain(agent.containerId('refused'));
     const listed = await agent.client.getSandbox('refused');
@@ -105,7 +88,7 @@ describe('agent API', () => {
     mkdirSync(squatter, { recursive: true });
     writeFileSync(path.join(squatter, '.dsec'), 'not a directory\n');
     const bad = await agent.client.publishLayer({ ref: 'squatter@1.0.0', name: 'squatter', version: '1.0.0', kind: 'toolkit', source: { type: 'dir', path: squatter } });
-    const error = await agent.client.createSandbox(spec('broken', { layers: [agent.baseLayer, bad] })).catch((e) => e);
+    const error = await agent.client.createSandbox(agent.spec('broken', { layers: [agent.baseLayer, bad] })).catch((e) => e);
     expect(error).toMatchObject({ code: 'DSEC_BACKEND_FAILED' });
     expect(error.message).toMatch(/failed to provision sandbox broken: the layers hold \/\.dsec, which is reserved for dsec/);
     const failed = await agent.client.getSandbox('broken');
@@ -113,14 +96,14 @@ describe('agent API', () => {
     expect(mountPointsUnder(path.join(agent.root, 'sandboxes/broken'))).toEqual([]);
     expect(runcContainers()).not.toContain(agent.containerId('broken'));
 
-    const fixed = await agent.client.createSandbox(spec('broken'));
+    const fixed = await agent.client.createSandbox(agent.spec('broken'));
     expect(fixed.status).toBe('running');
     await agent.client.destroySandbox('broken');
     await agent.client.unpublishLayer('squatter', '1.0.0');
   });
 
   it('refuses to unpublish a layer a sandbox uses', async () => {
-    await agent.client.createSandbox(spec('layer-user'));
+    await agent.client.createSandbox(agent.spec('layer-user'));
     const error = await agent.client.unpublishLayer(agent.baseLayer.name, agent.baseLayer.version).catch((e) => e);
     expect(error).toMatchObject({ code: 'DSEC_LAYER_IN_USE', message: `layer ${agent.baseLayer.name}@${agent.baseLayer.version} is used by sandbox layer-user` });
     await agent.client.destroySandbox('layer-user');
@@ -133,8 +116,8 @@ describe('agent API', () => {
   });
 
   it('filters sandboxes by labels', async () => {
-    await agent.client.createSandbox(spec('lab-1', { labels: { fleet: 'a', tier: 'x' } }));
-    await agent.client.createSandbox(spec('lab-2', { labels: { fleet: 'b', tier: 'x' } }));
+    await agent.client.createSandbox(agent.spec('lab-1', { labels: { fleet: 'a', tier: 'x' } }));
+    await agent.client.createSandbox(agent.spec('lab-2', { labels: { fleet: 'b', tier: 'x' } }));
     try {
       expect((await agent.client.listSandboxes({ tier: 'x' })).map((s) => s.id)).toEqual(['lab-1', 'lab-2']);
       expect((await agent.client.listSandboxes({ fleet: 'b', tier: 'x' })).map((s) => s.id)).toEqual(['lab-2']);
@@ -146,7 +129,7 @@ describe('agent API', () => {
   });
 
   it('creates a sandbox once when the same id is asked for concurrently', async () => {
-    const results = await Promise.all([1, 2, 3, 4].map(() => agent.client.createSandbox(spec('same-id'))));
+    const results = await Promise.all([1, 2, 3, 4].map(() => agent.client.createSandbox(agent.spec('same-id'))));
     expect(new Set(results.map((result) => result.createdAt)).size).toBe(1);
     expect(runcContainers().filter((id) => id === agent.containerId('same-id'))).toHaveLength(1);
     await agent.client.destroySandbox('same-id');

@@ -11,21 +11,8 @@ import { runcContainers, TestAgent } from '../../helpers/agent-fixture.js';
 
 let agent: TestAgent;
 
-function spec(id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.25, memoryMiB: 48, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-    ...extra,
-  };
-}
+const spec = (id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec =>
+  agent.spec(id, { resources: { cpu: 0.25, memoryMiB: 48, pids: 64 }, ...extra });
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -8,26 +8,10 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LABEL_FLEET, type SandboxSpec } from '../../../core/live.js';
+import { LABEL_FLEET } from '../../../core/live.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
 
 let agent: TestAgent;
-
-function spec(id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-    ...extra,
-  };
-}
 
 /** The host pid of a sandbox's init, from the agent's record of it. */
 function initPid(id: string): number {
@@ -50,7 +34,7 @@ afterAll(async () => {
 
 describe('pause and resume', () => {
   it('pauses a sandbox (frozen, status paused, pausedAt set) and resumes it so execs run again', async () => {
-    await agent.client.createSandbox(spec('pr-basic'));
+    await agent.client.createSandbox(agent.spec('pr-basic'));
     const paused = await agent.client.pauseSandbox('pr-basic');
     expect(paused.status).toBe('paused');
     expect(Date.parse(paused.pausedAt!)).toBeGreaterThan(0);
@@ -71,7 +55,7 @@ describe('pause and resume', () => {
   });
 
   it('resumes a paused sandbox transparently when an exec arrives, and counts the exec as activity', async () => {
-    await agent.client.createSandbox(spec('pr-auto'));
+    await agent.client.createSandbox(agent.spec('pr-auto'));
     await agent.client.exec('pr-auto', { cmd: ['sh', '-c', 'echo kept > /tmp/note'] });
     const paused = await agent.client.pauseSandbox('pr-auto');
     const result = await agent.client.exec('pr-auto', { cmd: ['cat', '/tmp/note'] });
@@ -83,7 +67,7 @@ describe('pause and resume', () => {
   });
 
   it('refuses to pause a sandbox while an exec runs in it, and pauses it once the exec finished', async () => {
-    await agent.client.createSandbox(spec('pr-busy'));
+    await agent.client.createSandbox(agent.spec('pr-busy'));
     const running = agent.client.exec('pr-busy', { cmd: ['sleep', '2'] });
     await new Promise((resolve) => setTimeout(resolve, 300));
     await expect(agent.client.pauseSandbox('pr-busy')).rejects.toMatchObject({
@@ -97,7 +81,7 @@ describe('pause and resume', () => {
   });
 
   it('lets execs that arrive during a pause wait for it and then resume the sandbox', async () => {
-    await agent.client.createSandbox(spec('pr-race'));
+    await agent.client.createSandbox(agent.spec('pr-race'));
     const pausing = agent.client.pauseSandbox('pr-race');
     const execs = Array.from({ length: 3 }, (_, index) => agent.client.exec('pr-race', { cmd: ['echo', String(index)] }));
     await pausing.catch(() => undefined);
@@ -107,7 +91,7 @@ describe('pause and resume', () => {
   });
 
   it('reports a sandbox whose init was killed while paused as stopped on resume, and keeps answering', async () => {
-    await agent.client.createSandbox(spec('pr-killed'));
+    await agent.client.createSandbox(agent.spec('pr-killed'));
     await agent.client.pauseSandbox('pr-killed');
     process.kill(initPid('pr-killed'), 'SIGKILL');
     await expect(agent.client.resumeSandbox('pr-killed')).rejects.toMatchObject({
@@ -123,8 +107,8 @@ describe('pause and resume', () => {
 
   it('pauses and resumes every sandbox of a label in one call, each on its own, and names unknown ids', async () => {
     const labels = { [LABEL_FLEET]: 'batch', job: 'j1' };
-    await Promise.all(['pr-b1', 'pr-b2', 'pr-b3'].map((id) => agent.client.createSandbox(spec(id, { labels }))));
-    await agent.client.createSandbox(spec('pr-other', { labels: { job: 'j2' } }));
+    await Promise.all(['pr-b1', 'pr-b2', 'pr-b3'].map((id) => agent.client.createSandbox(agent.spec(id, { labels }))));
+    await agent.client.createSandbox(agent.spec('pr-other', { labels: { job: 'j2' } }));
     const paused = await agent.client.pauseSandboxes({ labels: { job: 'j1' }, ids: ['pr-ghost'] });
     expect(paused.map((outcome) => [outcome.id, outcome.ok])).toEqual([
       ['pr-b1', true],

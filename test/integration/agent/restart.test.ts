@@ -12,20 +12,7 @@ import { mountPointsUnder, runcContainers, TestAgent } from '../../helpers/agent
 
 let agent: TestAgent;
 
-function spec(id: string): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: { test: 'restart' },
-  };
-}
+const spec = (id: string): SandboxSpec => agent.spec(id, { labels: { test: 'restart' } });
 
 function runcStatus(cid: string): string {
   try {

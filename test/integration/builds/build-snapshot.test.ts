@@ -24,20 +24,8 @@ afterAll(async () => {
 
 const refOf = (layer: LayerRef): LayerRef => ({ name: layer.name, version: layer.version, digest: layer.digest });
 
-function spec(id: string, layers: LayerRef[], backend = 'container'): SandboxSpec {
-  return {
-    id,
-    backend,
-    layers,
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 1, memoryMiB: 128, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-  };
-}
+const spec = (id: string, layers: LayerRef[], backend = 'container'): SandboxSpec =>
+  agent.spec(id, { backend, layers, resources: { cpu: 1, memoryMiB: 128, pids: 64 } });
 
 function buildLayer(ref: string, steps: string[], options: { env?: Record<string, string>; workdir?: string } = {}): LayerModel {
   const [name, version] = ref.split('@');

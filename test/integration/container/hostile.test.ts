@@ -15,20 +15,8 @@ import { TestAgent } from '../../helpers/agent-fixture.js';
 let agent: TestAgent;
 let marker: string;
 
-function spec(id: string, layers: LayerRef[] = [agent.baseLayer]): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers,
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 1, memoryMiB: 128, pids: 128 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-  };
-}
+const spec = (id: string, layers: LayerRef[] = [agent.baseLayer]): SandboxSpec =>
+  agent.spec(id, { layers, resources: { cpu: 1, memoryMiB: 128, pids: 128 } });
 
 const sh = (id: string, script: string) => agent.client.exec(id, { cmd: ['/bin/sh', '-c', script], timeoutMs: 30_000 });
 const sandboxDir = (id: string): string => path.join(agent.root, 'sandboxes', id);

@@ -15,21 +15,7 @@ import { TestAgent } from '../../helpers/agent-fixture.js';
 let agent: TestAgent;
 let marker: string;
 
-function spec(id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 1, memoryMiB: 128, pids: 128 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-    ...extra,
-  };
-}
+const spec = (id: string): SandboxSpec => agent.spec(id, { resources: { cpu: 1, memoryMiB: 128, pids: 128 } });
 
 async function sh(id: string, script: string) {
   return agent.client.exec(id, { cmd: ['/bin/sh', '-c', script], timeoutMs: 20_000 });

@@ -8,28 +8,12 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SandboxSpec } from '../../../core/live.js';
 import { existingCgroupDirs } from '../../../plugins/backend-container/cgroups.js';
 import { cgroupsPathOf } from '../../../plugins/backend-container/index.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
 
 const MIB = 1024 * 1024;
 let agent: TestAgent;
-
-function spec(id: string, resources: SandboxSpec['resources']): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources,
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-  };
-}
 
 /** A file of the sandbox's cgroup in one controller, read on the host. */
 async function cgroupFile(sandboxId: string, controller: string, file: string): Promise<string> {
@@ -47,7 +31,7 @@ async function neighbourAnswers(): Promise<void> {
 
 beforeAll(async () => {
   agent = await TestAgent.start();
-  await agent.client.createSandbox(spec('neighbour', { cpu: 0.5, memoryMiB: 64, pids: 64 }));
+  await agent.client.createSandbox(agent.spec('neighbour', { resources: { cpu: 0.5, memoryMiB: 64, pids: 64 } }));
 });
 
 afterAll(async () => {
@@ -56,7 +40,7 @@ afterAll(async () => {
 
 describe('container sandbox limits', () => {
   it('stops a fork bomb at the pids limit, and the sandbox and the agent survive', async () => {
-    await agent.client.createSandbox(spec('bomb', { cpu: 0.5, memoryMiB: 128, pids: 48 }));
+    await agent.client.createSandbox(agent.spec('bomb', { resources: { cpu: 0.5, memoryMiB: 128, pids: 48 } }));
     // Each copy starts two more and stays; ash gives up on the fork that the limit refuses.
     const bomb = await agent.client.exec('bomb', {
       cmd: ['/bin/sh', '-c', 'bomb() { bomb & bomb & while :; do sleep 1; done; }; bomb'],
@@ -73,7 +57,7 @@ describe('container sandbox limits', () => {
   });
 
   it('OOM-kills a memory hog inside its own sandbox only', async () => {
-    await agent.client.createSandbox(spec('hog', { cpu: 1, memoryMiB: 64, pids: 64 }));
+    await agent.client.createSandbox(agent.spec('hog', { resources: { cpu: 1, memoryMiB: 64, pids: 64 } }));
     try {
       // tail keeps the last lines in memory; 400 MiB of zeros is one line that never ends.
       const hog = await agent.client.exec('hog', { cmd: ['/bin/sh', '-c', 'head -c 400m /dev/zero | tail > /dev/null'], timeoutMs: 30_000 });
@@ -118,7 +102,7 @@ describe('container sandbox limits', () => {
   });
 
   it('changes the memory, pids and CPU limits of a running sandbox', async () => {
-    await agent.client.createSandbox(spec('resize', { cpu: 1, memoryMiB: 128, pids: 64 }));
+    await agent.client.createSandbox(agent.spec('resize', { resources: { cpu: 1, memoryMiB: 128, pids: 64 } }));
     try {
       expect(Number(await cgroupFile('resize', 'memory', 'memory.limit_in_bytes'))).toBe(128 * MIB);
       const updated = await agent.client.updateSandbox('resize', { cpu: 0.5, memoryMiB: 200, pids: 100 });

@@ -7,28 +7,12 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SandboxSpec } from '../../../core/live.js';
 import { sandboxCgroups } from '../../../plugins/backend-container/cgroups.js';
 import { cgroupsPathOf } from '../../../plugins/backend-container/index.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
 
 const TRAITS_PLUGIN = path.join(path.dirname(new URL(import.meta.url).pathname), 'traits-plugin.mjs');
 let agent: TestAgent;
-
-function spec(id: string, labels: Record<string, string>): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels,
-  };
-}
 
 async function cgroupsOf(id: string) {
   return sandboxCgroups(cgroupsPathOf(agent.containerId(id)));
@@ -46,7 +30,7 @@ afterAll(async () => {
 
 describe('process traits through the agent', () => {
   it('gives a sandbox whose prepare tap set memoryMerge and idleCpu both, in its init and in its execs', async () => {
-    await agent.client.createSandbox(spec('traited', { 'trait-memory-merge': 'yes', 'trait-idle-cpu': 'yes' }));
+    await agent.client.createSandbox(agent.spec('traited', { labels: { 'trait-memory-merge': 'yes', 'trait-idle-cpu': 'yes' } }));
     const initPid = await initPidOf('traited');
     expect(readFileSync(`/proc/${initPid}/ksm_stat`, 'utf8')).toContain('ksm_merge_any: yes');
     expect(readFileSync(`/proc/${initPid}/sched`, 'utf8')).toMatch(/^policy\s+:\s+5$/m);
@@ -57,14 +41,14 @@ describe('process traits through the agent', () => {
   });
 
   it('leaves a sandbox without traits as it was', async () => {
-    await agent.client.createSandbox(spec('untraited', {}));
+    await agent.client.createSandbox(agent.spec('untraited'));
     const initPid = await initPidOf('untraited');
     expect(readFileSync(`/proc/${initPid}/ksm_stat`, 'utf8')).toContain('ksm_merge_any: no');
     expect(readFileSync(`/proc/${initPid}/sched`, 'utf8')).toMatch(/^policy\s+:\s+0$/m);
   });
 
   it('freezes a sandbox on pause and thaws it on resume, over the API', async () => {
-    await agent.client.createSandbox(spec('frozen', { 'trait-memory-merge': 'yes' }));
+    await agent.client.createSandbox(agent.spec('frozen', { labels: { 'trait-memory-merge': 'yes' } }));
     const freezer = (await cgroupsOf('frozen')).freezer!;
     expect((await agent.client.pauseSandbox('frozen')).status).toBe('paused');
     expect(readFileSync(path.join(freezer, 'freezer.state'), 'utf8').trim()).toBe('FROZEN');

@@ -7,26 +7,10 @@ import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SandboxSpec } from '../../../core/live.js';
 import { mountPointsUnder, runcContainers, TestAgent } from '../../helpers/agent-fixture.js';
 
 let agent: TestAgent;
 const cpus = os.cpus().length;
-
-function spec(id: string): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-  };
-}
 
 /** No container, mount or cgroup of the sandbox is left; only its `failed` record says why. */
 function expectNothingLeftOf(id: string): void {
@@ -50,9 +34,9 @@ afterAll(async () => {
 
 describe('density-admission in an agent', () => {
   it('admits two sandboxes, refuses the third with DSEC_ADMISSION_REFUSED and its reason, and leaves nothing of it', async () => {
-    await agent.client.createSandbox(spec('one'));
-    await agent.client.createSandbox(spec('two'));
-    const error = await agent.client.createSandbox(spec('three')).catch((caught: unknown) => caught);
+    await agent.client.createSandbox(agent.spec('one'));
+    await agent.client.createSandbox(agent.spec('two'));
+    const error = await agent.client.createSandbox(agent.spec('three')).catch((caught: unknown) => caught);
     expect(error).toMatchObject({
       code: 'DSEC_ADMISSION_REFUSED',
       message: `sandbox three was refused by density-admission: cpu: 0.5 CPU requested, 0 CPU left of 1 CPU allocatable (cpu 1x, ${cpus - 1} CPU reserved)`,
@@ -72,14 +56,14 @@ describe('density-admission in an agent', () => {
 
   it('admits again once a sandbox is destroyed, re-creating the refused one in its place', async () => {
     await agent.client.destroySandbox('one');
-    await expect(agent.client.createSandbox(spec('three'))).resolves.toMatchObject({ status: 'running' });
+    await expect(agent.client.createSandbox(agent.spec('three'))).resolves.toMatchObject({ status: 'running' });
     await agent.client.destroySandbox('two');
     await agent.client.destroySandbox('three');
   });
 
   it('admits exactly as many of several racing creates as fit', async () => {
     const ids = ['race-a', 'race-b', 'race-c', 'race-d'];
-    const outcomes = await Promise.allSettled(ids.map((id) => agent.client.createSandbox(spec(id))));
+    const outcomes = await Promise.allSettled(ids.map((id) => agent.client.createSandbox(agent.spec(id))));
     const admitted = outcomes.filter((outcome) => outcome.status === 'fulfilled');
     const refused = outcomes.flatMap((outcome) => (outcome.status === 'rejected' ? [outcome.reason as { code: string }] : []));
     expect(admitted).toHaveLength(2);

@@ -17,21 +17,12 @@ const knob = (name: string) => Number(readFileSync(path.join(KSM, name), 'utf8')
 let foundKnobs: Record<string, number> = {};
 let agent: TestAgent;
 
-function spec(id: string, memorySharing: boolean): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
+const spec = (id: string, memorySharing: boolean): SandboxSpec =>
+  agent.spec(id, {
     resources: { cpu: 0.5, memoryMiB: 128, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
     labels: { [LABEL_FLEET]: memorySharing ? 'shared' : 'plain' },
     density: { memorySharing, reclaimOnPause: true },
-  };
-}
+  });
 
 function memoryCgroup(id: string): string {
   return `/sys/fs/cgroup/memory/dsec/${agent.containerId(id)}`;

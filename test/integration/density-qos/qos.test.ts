@@ -6,7 +6,6 @@
  */
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SandboxSpec } from '../../../core/live.js';
 import { probeNativeSupport } from '../../../core/native.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
 
@@ -14,21 +13,6 @@ const SCHED_NORMAL = 0;
 const SCHED_IDLE = 5;
 
 let agent: TestAgent;
-
-function spec(id: string, qos: SandboxSpec['qos']): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.5, memoryMiB: 64, pids: 64 },
-    network: 'none',
-    qos,
-    labels: {},
-  };
-}
 
 function policyIn(schedText: string): number {
   const match = /^policy\s*:\s*(\d+)/m.exec(schedText);
@@ -62,14 +46,14 @@ afterAll(async () => {
 
 describe('density-qos in an agent', () => {
   it('runs a best-effort sandbox under SCHED_IDLE, its init and its execs, in a cpu cgroup marked idle', async () => {
-    await agent.client.createSandbox(spec('idle', 'best-effort'));
+    await agent.client.createSandbox(agent.spec('idle', { qos: 'best-effort' }));
     expect(policyIn(readFileSync(`/proc/${initPid('idle')}/sched`, 'utf8'))).toBe(SCHED_IDLE);
     expect(await execPolicy('idle')).toBe(SCHED_IDLE);
     expect(readFileSync(`${cpuCgroup('idle')}/cpu.idle`, 'utf8').trim()).toBe('1');
   });
 
   it('runs a latency-sensitive sandbox under SCHED_NORMAL in an ordinary cpu cgroup', async () => {
-    await agent.client.createSandbox(spec('urgent', 'latency-sensitive'));
+    await agent.client.createSandbox(agent.spec('urgent', { qos: 'latency-sensitive' }));
     expect(policyIn(readFileSync(`/proc/${initPid('urgent')}/sched`, 'utf8'))).toBe(SCHED_NORMAL);
     expect(await execPolicy('urgent')).toBe(SCHED_NORMAL);
     expect(readFileSync(`${cpuCgroup('urgent')}/cpu.idle`, 'utf8').trim()).toBe('0');
@@ -83,7 +67,7 @@ describe('density-qos in an agent', () => {
       idleCpu: 'available',
     });
     if (!support.coreScheduling.ok) {
-      await agent.client.createSandbox(spec('urgent-2', 'latency-sensitive'));
+      await agent.client.createSandbox(agent.spec('urgent-2', { qos: 'latency-sensitive' }));
       const said = agent.logText().split('\n').filter((line) => line.includes('run without coreScheduling'));
       expect(said).toHaveLength(1);
       expect(said[0]).toContain(support.coreScheduling.reason);

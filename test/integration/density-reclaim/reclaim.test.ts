@@ -33,20 +33,8 @@ const LOSE_CGROUP_PLUGIN = path.join(path.dirname(fileURLToPath(import.meta.url)
 const zramDevices = () => readdirSync('/sys/block').filter((name) => name.startsWith('zram'));
 const activeSwaps = () => parseProcSwaps(readFileSync('/proc/swaps', 'utf8'));
 
-function spec(agent: TestAgent, id: string, labels: Record<string, string> = {}): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers: [agent.baseLayer],
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 0.5, memoryMiB: 128, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: { [LABEL_FLEET]: 'idle', ...labels },
-  };
-}
+const spec = (agent: TestAgent, id: string, labels: Record<string, string> = {}): SandboxSpec =>
+  agent.spec(id, { resources: { cpu: 0.5, memoryMiB: 128, pids: 64 }, labels: { [LABEL_FLEET]: 'idle', ...labels } });
 
 const memoryCgroup = (agent: TestAgent, id: string) => `/sys/fs/cgroup/memory/dsec/${agent.containerId(id)}`;
 const residentMiB = (agent: TestAgent, id: string) => Number(readFileSync(`${memoryCgroup(agent, id)}/memory.usage_in_bytes`, 'utf8')) / MIB;

@@ -31,20 +31,7 @@ afterAll(async () => {
 
 const refOf = (layer: LayerRef): LayerRef => ({ name: layer.name, version: layer.version, digest: layer.digest });
 
-function spec(id: string, layers: LayerRef[]): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers,
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: { cpu: 1, memoryMiB: 128, pids: 64 },
-    network: 'none',
-    qos: 'best-effort',
-    labels: {},
-  };
-}
+const spec = (id: string, layers: LayerRef[]): SandboxSpec => agent.spec(id, { layers, resources: { cpu: 1, memoryMiB: 128, pids: 64 } });
 
 describe('sandboxes on EROFS layers', () => {
   it('publishes layers as EROFS images and says so in the layer list and the node info', async () => {
