@@ -5,6 +5,7 @@
  * plugin: import the module, take its default export, call it with the
  * options if it is a factory, check the shape.
  */
+import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -12,6 +13,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { DsecPlugin } from './dsec.js';
 import { DsecError } from './errors.js';
 import type { PluginRef } from './model.js';
+import { canonicalJson } from './util/canonical-json.js';
 
 /** Plugins that ship with dsec, loadable by bare name. */
 export const BUILTIN_PLUGINS: readonly string[] = Object.freeze([
@@ -60,6 +62,21 @@ export function mergePluginRefs(base: readonly PluginRef[], extra: readonly Plug
     else merged.push(ref);
   }
   return merged;
+}
+
+/** The plugins a node agent loads: the defaults with `plugins` on top, or `plugins` alone without the built-ins. */
+export function agentPluginRefs(plugins: readonly PluginRef[], builtins = true): PluginRef[] {
+  return builtins ? mergePluginRefs(DEFAULT_AGENT_PLUGINS, plugins) : [...plugins];
+}
+
+/**
+ * A short digest of the plugins an agent runs with (refs, options, and the
+ * folder relative names resolve against). The agent reports it in
+ * `GET /v1/health`; the local provider compares it with what the config asks
+ * for, and restarts an agent whose plugins or options changed.
+ */
+export function pluginsFingerprint(refs: readonly PluginRef[], baseDir: string): string {
+  return createHash('sha256').update(canonicalJson({ refs, baseDir: path.resolve(baseDir) })).digest('hex').slice(0, 16);
 }
 
 /** Load every plugin, in order. Fails on the first that cannot be loaded, naming it. */

@@ -46,7 +46,8 @@ export class AgentClient {
     this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
   }
 
-  health(options: { timeoutMs?: number } = {}): Promise<{ ok: true; pid: number }> {
+  /** `plugins`: the fingerprint of the agent's plugins (see pluginsFingerprint); absent from agents older than it. */
+  health(options: { timeoutMs?: number } = {}): Promise<{ ok: true; pid: number; plugins?: string }> {
     return this.request('GET', '/v1/health', undefined, options.timeoutMs);
   }
 

@@ -16,7 +16,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import path from 'node:path';
 import { Dsec } from '../dsec.js';
 import type { PluginRef } from '../model.js';
-import { DEFAULT_AGENT_PLUGINS, loadPlugins, mergePluginRefs } from '../plugins.js';
+import { agentPluginRefs, loadPlugins, pluginsFingerprint } from '../plugins.js';
 import { NodeAgent } from './agent.js';
 import { AgentClient } from './client.js';
 import { agentPaths, EXIT_ALREADY_RUNNING } from './layout.js';
@@ -88,7 +88,7 @@ async function main(): Promise<void> {
   log.info(`agent starting: pid ${process.pid}, root ${paths.root}, node ${args.name ?? '(hostname)'}`);
 
   const dsec = new Dsec({ log });
-  const refs = args.builtins ? mergePluginRefs(DEFAULT_AGENT_PLUGINS, args.plugins) : args.plugins;
+  const refs = agentPluginRefs(args.plugins, args.builtins);
   dsec.use(...(await loadPlugins(refs, args.baseDir)));
   const agent = new NodeAgent({ dsec, root: paths.root, name: args.name, reapIntervalMs: args.reapIntervalMs });
   await agent.start();
@@ -104,7 +104,12 @@ async function main(): Promise<void> {
     log.info('agent stopped');
     process.exit(0);
   };
-  const server = createAgentServer(agent, { socketPath: paths.socket, log, onShutdown: () => void shutdown('shutdown request') });
+  const server = createAgentServer(agent, {
+    socketPath: paths.socket,
+    log,
+    onShutdown: () => void shutdown('shutdown request'),
+    identity: { plugins: pluginsFingerprint(refs, args.baseDir) },
+  });
   await server.listen();
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));

@@ -60,8 +60,16 @@ export interface AgentServer {
   close(): Promise<void>;
 }
 
-export function createAgentServer(agent: NodeAgent, options: { socketPath: string; log: Logger; onShutdown: () => void }): AgentServer {
-  const routes = buildRoutes(agent, options.onShutdown);
+export interface AgentServerOptions {
+  readonly socketPath: string;
+  readonly log: Logger;
+  readonly onShutdown: () => void;
+  /** What `GET /v1/health` says about this agent besides its pid: the fingerprint of its plugins. */
+  readonly identity?: { readonly plugins?: string };
+}
+
+export function createAgentServer(agent: NodeAgent, options: AgentServerOptions): AgentServer {
+  const routes = buildRoutes(agent, options.onShutdown, options.identity ?? {});
   const server = http.createServer((req, res) => {
     void handle(routes, req, res, options.log);
   });
@@ -110,14 +118,14 @@ function route(method: string, path: string, handler: Handler): Route {
   return { method, pattern, names, handler };
 }
 
-function buildRoutes(agent: NodeAgent, onShutdown: () => void): Route[] {
+function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { readonly plugins?: string }): Route[] {
   const layerOf = (body: Record<string, unknown>) => {
     const layer = body.layer;
     if (!layer || typeof layer !== 'object') throw new DsecError('DSEC_AGENT_REQUEST', { message: 'body must be {"layer": {...}}' });
     return layer as LayerModel;
   };
   return [
-    route('GET', '/v1/health', async () => ({ ok: true, pid: process.pid })),
+    route('GET', '/v1/health', async () => ({ ok: true, pid: process.pid, ...identity })),
     route('GET', '/v1/node', async () => agent.nodeInfo()),
     route('GET', '/v1/node/usage', async () => agent.nodeUsage()),
     route('GET', '/v1/layers', async () => agent.layers.listLayers()),

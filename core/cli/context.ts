@@ -99,6 +99,7 @@ export class CliContext {
       baseDir: config.dir,
       plugins: config.plugins,
       autoStart: options.autoStart ?? true,
+      notice: (message) => process.stderr.write(`note: ${message}\n`),
     });
     return this.provider;
   }

@@ -6,8 +6,9 @@
  */
 import path from 'node:path';
 import { AgentClient, isUnreachable, neverDelivered } from '../../core/agent/client.js';
-import { startAgentDaemon } from '../../core/agent/daemon.js';
+import { startAgentDaemon, stopAgent } from '../../core/agent/daemon.js';
 import { agentPaths } from '../../core/agent/layout.js';
+import { agentPluginRefs, pluginsFingerprint } from '../../core/plugins.js';
 import type {
   BatchOutcome,
   ExecRequest,
@@ -35,6 +36,8 @@ export interface LocalProviderOptions {
   readonly autoStart?: boolean;
   /** Load the built-in plugins in an agent this provider starts. @default true */
   readonly builtins?: boolean;
+  /** Told when the provider does something the user did not ask for (restarting the agent). */
+  readonly notice?: (message: string) => void;
 }
 
 export function agentRootOf(stateDir: string): string {
@@ -58,11 +61,24 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
   /** Make sure an agent answers; start one (once, however many calls race here) if allowed. */
   const ensureAgent = (): Promise<void> => {
     ready ??= (async () => {
+      const start = () => startAgentDaemon({ root, plugins: options.plugins, baseDir: options.baseDir, builtins: options.builtins });
+      let health: Awaited<ReturnType<AgentClient['health']>>;
       try {
-        await client.health({ timeoutMs: 5_000 });
+        health = await client.health({ timeoutMs: 5_000 });
       } catch (error) {
         if (!isUnreachable(error) || options.autoStart === false) throw error;
-        await startAgentDaemon({ root, plugins: options.plugins, baseDir: options.baseDir, builtins: options.builtins });
+        await start();
+        return;
+      }
+      // The agent must run the plugins (and options) the config names now, not
+      // the ones it was started with: restart it (its sandboxes keep running
+      // and are re-adopted) when they changed.
+      const wanted = pluginsFingerprint(agentPluginRefs(options.plugins ?? [], options.builtins ?? true), options.baseDir);
+      if (options.autoStart !== false && health.plugins !== wanted) {
+        options.notice?.(`restarting the node agent (pid ${health.pid}): the config's plugins or their options changed; sandboxes keep running`);
+        client.close();
+        await stopAgent(root);
+        await start();
       }
     })();
     // A failed start may be retried by the next call.

@@ -98,6 +98,27 @@ describe('the agent of a project', () => {
     expect(text.stdout).toMatch(/-\/\+ fleet\.web/);
   });
 
+  it('restarts the agent when the config changes its plugin options, and the sandboxes keep running under the new policy', async () => {
+    const before = agent.pidFile()!;
+    const policy = 'plugins:\n  - name: density-admission\n    options:\n      overcommit: { cpu: 3, memory: 2 }\n';
+    project.write('dsec.yaml', busyboxConfig({ web: { replicas: 3 } }) + policy);
+    const nodes = await project.run(['nodes', '--json']);
+    expect(nodes.code, nodes.stderr).toBe(0);
+    expect(nodes.stderr).toContain('restarting the node agent');
+    const after = agent.pidFile()!;
+    expect(after).not.toBe(before);
+    expect(isRunning(before)).toBe(false);
+    expect(agent.processes()).toEqual([after]);
+    const [node] = JSON.parse(nodes.stdout) as { capacity: { cpu: number }; allocatable: { cpu: number } }[];
+    expect(node.allocatable.cpu).toBeCloseTo(node.capacity.cpu * 3, 5);
+    const listed = await project.json<SandboxJson[]>(['sandbox', 'ls']);
+    expect(listed.filter((s) => s.status === 'running').map((s) => s.id).sort()).toEqual([ids[0], ids[1]]);
+    // The same settings again: no restart.
+    const again = await project.run(['sandbox', 'ls']);
+    expect(again.stderr).not.toContain('restarting');
+    expect(agent.pidFile()).toBe(after);
+  });
+
   it('stops on agent stop and leaves the sandboxes running', async () => {
     const pid = agent.pidFile()!;
     const stop = await project.run(['agent', 'stop']);
