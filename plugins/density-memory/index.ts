@@ -28,11 +28,16 @@ export { PLUGIN_NAME, scanRate, PAGES_PER_SANDBOX, type DensityMemoryOptions } f
 export { readKsm, retuneKsm, readHold, KSM_SYSFS, type KsmKnobs, type KsmState, type KsmHold } from './ksm.js';
 export { cgroupPids, mergingPages, parseKsmStat } from './merging.js';
 
-/** Sandboxes whose processes KSM may merge: running or paused (a paused one's pages stay merged), trait set. */
-export function mergeableSandboxes(node: NodeContext, leaving?: string): SandboxContext[] {
+/**
+ * Sandboxes whose processes KSM may merge: running or paused (a paused one's
+ * pages stay merged), trait set, and not `leaving` (being destroyed: the
+ * agent keeps a sandbox in its list, still `running`, until every destroy
+ * tap returned, and destroys run in parallel).
+ */
+export function mergeableSandboxes(node: NodeContext, leaving: { has(sandbox: SandboxContext): boolean } = new Set()): SandboxContext[] {
   return node
     .sandboxes()
-    .filter((sandbox) => sandbox.spec.id !== leaving && (sandbox.status === 'running' || sandbox.status === 'paused') && sandbox.traits?.memoryMerge === true);
+    .filter((sandbox) => !leaving.has(sandbox) && (sandbox.status === 'running' || sandbox.status === 'paused') && sandbox.traits?.memoryMerge === true);
 }
 
 export default function densityMemory(options?: DensityMemoryOptions): DsecPlugin {
@@ -50,7 +55,9 @@ export default function densityMemory(options?: DensityMemoryOptions): DsecPlugi
         if (sandbox.traits?.memoryMerge === true) await tuner.retune(sandbox.node);
       });
       dsec.hooks.destroy.tapPromise(tap, async (sandbox) => {
-        if (sandbox.traits?.memoryMerge === true) await tuner.retune(sandbox.node, sandbox.spec.id);
+        if (sandbox.traits?.memoryMerge !== true) return;
+        tuner.leaving.add(sandbox);
+        await tuner.retune(sandbox.node);
       });
       dsec.hooks.agentStarted.tapPromise(tap, async (node) => {
         await tuner.retune(node);
@@ -72,7 +79,10 @@ class KsmTuner {
 
   constructor(private readonly options: ResolvedMemoryOptions) {}
 
-  retune(node: NodeContext, leaving?: string): Promise<RetuneOutcome | undefined> {
+  /** Sandboxes in their destroy: never counted again (a re-created one is a new context). */
+  readonly leaving = new WeakSet<SandboxContext>();
+
+  retune(node: NodeContext): Promise<RetuneOutcome | undefined> {
     const run = async (): Promise<RetuneOutcome | undefined> => {
       if (!existsSync(KSM_SYSFS)) {
         if (!this.warnedMissing) node.log.warn(`${PLUGIN_NAME}: this kernel has no KSM (${KSM_SYSFS} is missing): sandboxes asking for memory sharing run unmerged`);
@@ -80,7 +90,7 @@ class KsmTuner {
         return undefined;
       }
       try {
-        return await retuneKsm(node.root, mergeableSandboxes(node, leaving).length, this.options, node.log);
+        return await retuneKsm(node.root, mergeableSandboxes(node, this.leaving).length, this.options, node.log);
       } catch (error) {
         node.log.warn(`${PLUGIN_NAME}: tuning KSM failed: ${(error as Error).message}`);
         return undefined;

@@ -108,4 +108,14 @@ describe('density-memory in an agent', () => {
     expect(existsSync(path.join(agent.root, 'density-memory/ksm.json'))).toBe(false);
     expect(agent.logText()).toMatch(/no mergeable sandbox left: KSM (stopped \(run=0\)|left running as found)/);
   });
+
+  it('hands KSM back when several sharing sandboxes are destroyed at once', async () => {
+    const ids = ['burst-1', 'burst-2', 'burst-3', 'burst-4'];
+    await Promise.all(ids.map((id) => agent.client.createSandbox(spec(id, true))));
+    expect(knob('run')).toBe(1);
+    await Promise.all(ids.map((id) => agent.client.destroySandbox(id)));
+    expect(knob('run')).toBe(foundKnobs.run === 1 ? 1 : 0);
+    expect(knob('pages_to_scan')).toBe(foundKnobs.pages_to_scan);
+    expect(existsSync(path.join(agent.root, 'density-memory/ksm.json'))).toBe(false);
+  });
 });
