@@ -16,6 +16,10 @@ command -v tar >/dev/null 2>&1 || need+=(tar)
 # The native helper (native/dsec-native.c) is compiled by npm run build.
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
+# The cluster provider keeps nodes, placements and the remote state in etcd; the tests start
+# their own members on loopback (random ports), never the packaged service.
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install: ${need[*]}" >&2
