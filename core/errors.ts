@@ -54,6 +54,9 @@ export const ERRORS = Object.freeze({
   DSEC_LAYER_BUILD: 'layer {ref}: build step {step} failed ({status}): {command}{stderr}',
   // agent and sandboxes ------------------------------------------------------
   DSEC_AGENT_UNREACHABLE: 'the node agent at {address} is not reachable: {message}',
+  DSEC_AGENT_UNAUTHORIZED: 'the node agent at {address} refused the request: {message}',
+  DSEC_ETCD_UNREACHABLE: 'etcd is not reachable at {endpoints}: {message}',
+  DSEC_PLACEMENT_FAILED: 'no node can take sandbox {id}: {reason}',
   DSEC_AGENT_START: 'the node agent did not start: {message}',
   DSEC_AGENT_REQUEST: 'the node agent refused the request: {message}',
   DSEC_SANDBOX_NOT_FOUND: 'no sandbox {id}',

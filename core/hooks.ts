@@ -212,7 +212,15 @@ export function createHooks() {
      * `qos`, the per-fleet figures) in place.
      */
     nodeUsage: new AsyncSeriesHook<[NodeContext, NodeUsage]>(['node', 'usage']),
-    /** Cluster provider only: choose a node for a new sandbox. The first tap that returns a node name wins. */
+    /**
+     * Cluster provider only, in the engine's process: choose a node for a new
+     * sandbox among `nodes` (the healthy ones that did not refuse it yet).
+     * The first tap that returns a node name wins; none answering is
+     * DSEC_PLACEMENT_FAILED. The same `nodes` array is passed for every
+     * sandbox of one apply (refreshed only on retries), so a tap may key its
+     * own bookkeeping of the placements it made on it (a WeakMap): the
+     * nodes' `requested` figures do not include them yet.
+     */
     place: new AsyncSeriesBailHook<[SandboxSpec, readonly NodeInfo[]], string | undefined>(['spec', 'nodes']),
     /** On the node, before anything is created: the first tap that returns a reason refuses the sandbox. */
     admit: new AsyncSeriesBailHook<[SandboxContext], string | undefined>(['sandbox']),

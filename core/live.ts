@@ -132,6 +132,16 @@ export interface SandboxSpec {
   readonly ttl?: SandboxTtl;
   /** The fleet's density switches (absent: the defaults, DEFAULT_DENSITY). */
   readonly density?: DensitySettings;
+  /** Where the cluster provider may put it (absent: spread over any healthy node). */
+  readonly placement?: PlacementSettings;
+}
+
+/** A fleet's placement options, read by the placement plugin on the `place` hook. */
+export interface PlacementSettings {
+  /** `spread` (default): the least loaded of k sampled nodes; `pack`: the most loaded node it still fits on. */
+  readonly strategy: 'spread' | 'pack';
+  /** Only nodes whose labels include every one of these. */
+  readonly nodeSelector: Readonly<Record<string, string>>;
 }
 
 export interface SandboxTtl {
@@ -235,6 +245,17 @@ export interface NodeInfo {
   readonly requested?: { readonly cpu: number; readonly memoryMiB: number };
   /** The policy behind `allocatable`, for messages: "memory 2x, 1024 MiB reserved". */
   readonly policy?: OvercommitPolicy;
+  /** Cluster provider: where its agent serves over TCP (`host:port`). */
+  readonly address?: string;
+  /** Cluster provider: the node's labels (for `placement.nodeSelector`). */
+  readonly labels?: Readonly<Record<string, string>>;
+  /**
+   * Cluster provider: `healthy` (registered under a live lease and answering),
+   * or `unhealthy` with the reason (lease lapsed, timeout, garbage answer).
+   * Unhealthy nodes receive no new sandboxes. Absent on the local provider.
+   */
+  readonly health?: 'healthy' | 'unhealthy';
+  readonly healthReason?: string;
 }
 
 export interface OvercommitPolicy {
