@@ -98,6 +98,8 @@ export interface FleetModel {
   /** Density switches, read by the density plugins on the node. @default { memorySharing: false, reclaimOnPause: true } */
   readonly density: { readonly memorySharing: boolean; readonly reclaimOnPause: boolean };
   readonly labels: Readonly<Record<string, string>>;
+  /** Where the cluster provider may put the sandboxes; absent: spread over any healthy node. Never part of the spec hash. */
+  readonly placement?: { readonly strategy: 'spread' | 'pack'; readonly nodeSelector: Readonly<Record<string, string>> };
   readonly update: {
     /** How many sandboxes of the fleet may be down at once during a replace. @default 1 */
     readonly maxUnavailable: number;
@@ -106,7 +108,27 @@ export interface FleetModel {
 
 export type ProviderModel =
   | { readonly type: 'local'; readonly stateDir: string }
-  | { readonly type: 'cluster'; readonly etcd: readonly string[] };
+  | {
+      readonly type: 'cluster';
+      readonly etcd: readonly string[];
+      /** The file holding the agents' shared token, absolute. */
+      readonly tokenFile: string;
+      /** The etcd key prefix. @default "/dsec" */
+      readonly prefix: string;
+    };
+
+/** Where the state and its lock live. */
+export type StateModel =
+  | { readonly backend: 'local' }
+  | {
+      readonly backend: 'etcd';
+      /** `<prefix>/state/<key>`. @default the config folder's name */
+      readonly key: string;
+      /** @default the cluster provider's endpoints */
+      readonly etcd: readonly string[];
+      /** @default the cluster provider's prefix, else "/dsec" */
+      readonly prefix: string;
+    };
 
 export interface PluginRef {
   /** An npm package name, or a path resolved against the config file's folder. */
@@ -127,6 +149,8 @@ export interface ConfigModel {
   /** The folder holding `file`; relative paths in the config resolve against it. */
   readonly dir: string;
   readonly provider: ProviderModel;
+  /** Absent when the config has no `state:` section: a local state file. @default { backend: 'local' } */
+  readonly state?: StateModel;
   readonly plugins: readonly PluginRef[];
   readonly layers: Readonly<Record<string, LayerModel>>;
   readonly environments: Readonly<Record<string, EnvironmentModel>>;

@@ -13,6 +13,7 @@ import type {
   LayerSource,
   PluginRef,
   ProviderModel,
+  StateModel,
 } from '../model.js';
 import type {
   DsecDocument,
@@ -22,7 +23,9 @@ import type {
   LayerSourceDocument,
   PluginEntry,
   ProviderDocument,
+  StateDocument,
 } from './document.generated.js';
+import { DEFAULT_CLUSTER_PREFIX } from '../cluster/keys.js';
 import { DEFAULT_DENSITY } from '../live.js';
 import { splitRef } from './semantic.js';
 import { cpuCores, durationSeconds, memoryMiB } from './units.js';
@@ -41,17 +44,21 @@ export const DEFAULTS = Object.freeze({
   maxUnavailable: 1,
   memorySharing: DEFAULT_DENSITY.memorySharing,
   reclaimOnPause: DEFAULT_DENSITY.reclaimOnPause,
+  clusterPrefix: DEFAULT_CLUSTER_PREFIX,
+  placementStrategy: 'spread',
 } as const);
 
 export function buildModel(document: DsecDocument, file: string): ConfigModel {
   const dir = path.dirname(file);
   const declared = document.layers ?? {};
   const layers = mapSorted(declared, (name, layer) => layerModel(name, layer, dir, declared));
+  const provider = providerModel(document.provider, dir);
   return {
     version: 1,
     file,
     dir,
-    provider: providerModel(document.provider, dir),
+    provider,
+    ...(document.state === undefined ? {} : { state: stateModel(document.state, provider, dir) }),
     plugins: (document.plugins ?? []).map((plugin) => pluginRef(plugin, dir)),
     layers,
     environments: mapSorted(document.environments ?? {}, (name, environment) =>
@@ -62,9 +69,28 @@ export function buildModel(document: DsecDocument, file: string): ConfigModel {
 }
 
 function providerModel(provider: ProviderDocument | undefined, dir: string): ProviderModel {
-  if (provider && 'cluster' in provider) return { type: 'cluster', etcd: [...provider.cluster.etcd] };
+  if (provider && 'cluster' in provider) {
+    const { etcd, tokenFile, prefix } = provider.cluster;
+    return { type: 'cluster', etcd: [...etcd], tokenFile: path.resolve(dir, tokenFile), prefix: prefix ?? DEFAULTS.clusterPrefix };
+  }
   const stateDir = provider?.local.stateDir ?? DEFAULTS.stateDir;
   return { type: 'local', stateDir: path.resolve(dir, stateDir) };
+}
+
+/**
+ * `backend: etcd` takes its endpoints and prefix from the cluster provider
+ * unless it names its own (the semantic checks made sure one of them is
+ * there); the key defaults to the config folder's name.
+ */
+function stateModel(state: StateDocument, provider: ProviderModel, dir: string): StateModel {
+  if ((state.backend ?? 'local') === 'local') return { backend: 'local' };
+  const cluster = provider.type === 'cluster' ? provider : undefined;
+  return {
+    backend: 'etcd',
+    key: state.key ?? path.basename(dir),
+    etcd: [...(state.etcd ?? cluster?.etcd ?? [])],
+    prefix: cluster?.prefix ?? DEFAULTS.clusterPrefix,
+  };
 }
 
 function pluginRef(plugin: PluginEntry, dir: string): PluginRef {
@@ -163,6 +189,14 @@ function fleetModel(name: string, fleet: FleetDocument): FleetModel {
       reclaimOnPause: fleet.density?.reclaimOnPause ?? DEFAULTS.reclaimOnPause,
     },
     labels: sortKeys(fleet.labels ?? {}),
+    ...(fleet.placement === undefined
+      ? {}
+      : {
+          placement: {
+            strategy: fleet.placement.strategy ?? DEFAULTS.placementStrategy,
+            nodeSelector: sortKeys(fleet.placement.nodeSelector ?? {}),
+          },
+        }),
     update: { maxUnavailable: fleet.update?.maxUnavailable ?? DEFAULTS.maxUnavailable },
   };
 }

@@ -10,6 +10,10 @@
  */
 export type ProviderDocument = LocalProviderDocument | ClusterProviderDocument;
 /**
+ * local: a file beside the config; etcd: in etcd, shared by a team's CI jobs and laptops, the lock held under a lease so a crashed apply releases it when the lease lapses. Default: local
+ */
+export type StateBackend = 'local' | 'etcd';
+/**
  * A plugin: an npm package name or a ./relative/path.js, or { name, options }.
  */
 export type PluginEntry = string | PluginWithOptions;
@@ -43,6 +47,10 @@ export type QosClass = 'best-effort' | 'latency-sensitive';
  * A duration: "90s", "30m", "2h", "1d" or a number of seconds.
  */
 export type Duration = number | string;
+/**
+ * spread: the least loaded of k sampled nodes (default); pack: the most loaded node the sandbox still fits on. A change moves no running sandbox.
+ */
+export type PlacementStrategy = 'spread' | 'pack';
 
 /**
  * A dsec configuration (dsec.yaml): the layers, environments and sandbox fleets to keep running. `dsec synth` prints the same shape for a dsec.ts program.
@@ -53,6 +61,7 @@ export interface DsecDocument {
    */
   version: 1;
   provider?: ProviderDocument;
+  state?: StateDocument;
   /**
    * Plugins to load, in order: an npm package name, a ./relative/path.js (resolved against this file's folder), or { name, options }.
    */
@@ -77,7 +86,7 @@ export interface ClusterProviderDocument {
   cluster: ClusterProviderOptions;
 }
 /**
- * Many nodes coordinated through etcd.
+ * Many nodes coordinated through etcd: node agents started with `dsec agent start --join` register there, and the placement plugin puts each sandbox on one of them.
  */
 export interface ClusterProviderOptions {
   /**
@@ -86,6 +95,30 @@ export interface ClusterProviderOptions {
    * @minItems 1
    */
   etcd: [string, ...string[]];
+  /**
+   * The file holding the token the node agents were started with (--token-file), relative to this file's folder; sent with every request to an agent. At least 16 characters.
+   */
+  tokenFile: string;
+  /**
+   * The etcd key prefix holding the cluster's nodes, placements and remote state, so several clusters can share one etcd. Default: /dsec
+   */
+  prefix?: string;
+}
+/**
+ * Where dsec keeps its state (what it created) and the state's lock. Default: { backend: local }, state.json in the local provider's stateDir (.dsec).
+ */
+export interface StateDocument {
+  backend?: StateBackend;
+  /**
+   * The name the state is kept under in etcd (<prefix>/state/<key>). Default: the config folder's name
+   */
+  key?: string;
+  /**
+   * etcd client URLs holding the state. Default: the cluster provider's
+   *
+   * @minItems 1
+   */
+  etcd?: [string, ...string[]];
 }
 export interface PluginWithOptions {
   /**
@@ -256,6 +289,7 @@ export interface FleetDocument {
   qos?: QosClass;
   ttl?: TtlDocument;
   density?: DensityDocument;
+  placement?: PlacementDocument;
   labels?: Labels;
   update?: UpdateDocument;
 }
@@ -289,6 +323,19 @@ export interface DensityDocument {
    * Pausing a sandbox also pushes its memory out: to swap where the node has some, its page cache otherwise (the density-reclaim plugin). Changed in place. Default: true
    */
   reclaimOnPause?: boolean;
+}
+/**
+ * Where the cluster provider puts the sandboxes (the local provider has one node and ignores it). Default: spread over every healthy node.
+ */
+export interface PlacementDocument {
+  strategy?: PlacementStrategy;
+  nodeSelector?: NodeSelector;
+}
+/**
+ * Only nodes whose labels include every one of these (e.g. gpu: "true"); agents get labels with --node-label.
+ */
+export interface NodeSelector {
+  [k: string]: string;
 }
 /**
  * Labels put on every sandbox of the fleet. Keys starting with dsec.io/ are reserved.

@@ -33,6 +33,7 @@ export function checkSemantics(data: unknown): Problem[] {
   }
   problems.push(...checkBuildParents(layers, used));
   problems.push(...checkPlugins(data.plugins));
+  problems.push(...checkState(data.state, data.provider));
   for (const name of Object.keys(layers)) {
     if (used.has(name)) continue;
     const message = `layer '${name}' is declared but no environment uses it`;
@@ -209,6 +210,14 @@ function checkFleet(path: string, name: string, fleet: Raw, environments: Readon
     problems.push(warning('DSEC_CONFIG_EMPTY_FLEET', childPointer(path, 'replicas'), message));
   }
   return problems;
+}
+
+/** `backend: etcd` needs endpoints: its own `etcd` list or the cluster provider's. */
+function checkState(state: unknown, provider: unknown): Problem[] {
+  if (!isRaw(state) || state.backend !== 'etcd' || state.etcd !== undefined) return [];
+  if (isRaw(provider) && isRaw(provider.cluster)) return [];
+  const message = 'state backend etcd needs etcd endpoints: list them in state.etcd (etcd: [http://127.0.0.1:2379]) or use the cluster provider, whose endpoints it then shares';
+  return [error('DSEC_CONFIG_MISSING_PROPERTY', toPointer(['state', 'backend']), message)];
 }
 
 function checkPlugins(plugins: unknown): Problem[] {

@@ -31,7 +31,9 @@ export function synthConfig(model: ConfigModel): string {
 }
 
 function providerView(provider: ProviderModel, relative: (target: string) => string): ProviderModel {
-  return provider.type === 'local' ? { ...provider, stateDir: relative(provider.stateDir) } : provider;
+  return provider.type === 'local'
+    ? { ...provider, stateDir: relative(provider.stateDir) }
+    : { ...provider, tokenFile: relative(provider.tokenFile) };
 }
 
 /** A busybox binary outside the project is a host path (`/bin/busybox`) and stays absolute. */

@@ -1,12 +1,18 @@
 import { RootConstruct } from 'constructs';
 import { DsecError, type Diagnostic, type SourceLocation } from '../errors.js';
-import type { DsecDocument, PluginEntry, ProviderDocument } from '../config/document.generated.js';
+import type { DsecDocument, PluginEntry, ProviderDocument, StateDocument } from '../config/document.generated.js';
 import { DsecConstruct, type Section } from './dsec-construct.js';
 import { captureLocation, type CapturedLocation } from './source-location.js';
 
 export interface AppProps {
   /** How dsec reaches the machines. @default { local: {} } (this machine, state in .dsec) */
   readonly provider?: ProviderDocument;
+  /**
+   * Where the state and its lock live: `{ backend: 'etcd', key?, etcd? }` shares them
+   * through etcd (endpoints default to the cluster provider's, key to the config folder's name).
+   * @default { backend: 'local' } (state.json in the provider's stateDir)
+   */
+  readonly state?: StateDocument;
   /** Plugins to load, in order: package names, ./relative/paths.js, or { name, options }. @default [] */
   readonly plugins?: readonly PluginEntry[];
 }
@@ -51,6 +57,7 @@ export class App extends RootConstruct {
     if (!options.skipValidation) throwIfInvalid(this.validate());
     const document: DsecDocument = { version: 1 };
     if (this.props.provider !== undefined) document.provider = this.props.provider;
+    if (this.props.state !== undefined) document.state = this.props.state;
     if (this.props.plugins !== undefined) document.plugins = [...this.props.plugins];
     const sections: Record<Section, Record<string, unknown>> = { layers: {}, environments: {}, fleets: {} };
     for (const construct of this.dsecConstructs()) {

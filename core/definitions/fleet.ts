@@ -1,5 +1,13 @@
 import type { Construct } from 'constructs';
-import type { DensityDocument, FleetDocument, QosClass, ResourcesDocument, TtlDocument, UpdateDocument } from '../config/document.generated.js';
+import type {
+  DensityDocument,
+  FleetDocument,
+  PlacementDocument,
+  QosClass,
+  ResourcesDocument,
+  TtlDocument,
+  UpdateDocument,
+} from '../config/document.generated.js';
 import { defined, DsecConstruct, type ConstructProblem } from './dsec-construct.js';
 import { Environment } from './environment.js';
 
@@ -35,6 +43,13 @@ export interface FleetProps {
    * @default { memorySharing: false, reclaimOnPause: true }
    */
   readonly density?: DensityDocument;
+  /**
+   * Where the cluster provider puts the sandboxes: `strategy` `spread` (the least loaded of
+   * k sampled nodes) or `pack` (the most loaded node it still fits on), and a `nodeSelector`
+   * of labels a node must carry (`{ gpu: 'true' }`). Ignored by the local provider.
+   * @default { strategy: 'spread', nodeSelector: {} }
+   */
+  readonly placement?: PlacementDocument;
   /** Labels on every sandbox; keys starting with `dsec.io/` are reserved. @default {} */
   readonly labels?: Readonly<Record<string, string>>;
   /** @default { maxUnavailable: 1 } */
@@ -52,11 +67,15 @@ export class Fleet extends DsecConstruct {
   }
 
   toDocument(): FleetDocument {
-    const { environment, labels, density, ...rest } = this.props;
+    const { environment, labels, density, placement, ...rest } = this.props;
     return defined({
       ...rest,
       environment: typeof environment === 'string' ? environment : environment.name,
       density: density === undefined ? undefined : defined({ ...density }),
+      placement:
+        placement === undefined
+          ? undefined
+          : defined({ ...placement, nodeSelector: placement.nodeSelector === undefined ? undefined : { ...placement.nodeSelector } }),
       labels: labels === undefined ? undefined : { ...labels },
     });
   }

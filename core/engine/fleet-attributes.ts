@@ -43,6 +43,7 @@ export function resolveFleet(
     ttl: fleet.ttl,
     density: fleet.density,
     labels: fleet.labels,
+    ...(fleet.placement ? { placement: fleet.placement } : {}),
     update: fleet.update,
     layers,
     env: environment.env,
@@ -68,6 +69,7 @@ export function displayFleet(attributes: FleetAttributes): Record<string, unknow
     ttl: ttlOf(attributes),
     density: densityOf(attributes),
     labels: attributes.labels,
+    ...(attributes.placement ? { placement: attributes.placement } : {}),
     update: attributes.update,
   };
 }

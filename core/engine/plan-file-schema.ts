@@ -48,6 +48,11 @@ const sandboxSpec = {
     labels: stringMap,
     ttl,
     density,
+    placement: {
+      type: 'object',
+      required: ['strategy', 'nodeSelector'],
+      properties: { strategy: { enum: ['spread', 'pack'] }, nodeSelector: stringMap },
+    },
   },
 } as const;
 

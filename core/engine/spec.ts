@@ -52,7 +52,7 @@ export function fleetSpecHash(identity: SpecIdentity): string {
 
 /** A state written before density existed has no `density` on its fleets: the defaults apply. */
 type DensityPart = { readonly density?: DensitySettings };
-type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels'> &
+type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels' | 'placement'> &
   DensityPart & { readonly ttl?: FleetModel['ttl'] };
 type EnvironmentPart = Pick<EnvironmentModel, 'env' | 'workdir' | 'user'>;
 
@@ -114,6 +114,8 @@ export function sandboxSpecFor(
     qos: fleet.qos,
     ...(Object.keys(ttl).length > 0 ? { ttl } : {}),
     density: { ...densityOf(fleet) },
+    // Read by the cluster provider's placement only; never part of the spec hash (moving nodes is not a change).
+    ...(fleet.placement ? { placement: { strategy: fleet.placement.strategy, nodeSelector: { ...fleet.placement.nodeSelector } } } : {}),
     // dsec's own labels win over a user label of the same name.
     labels: { ...fleet.labels, [LABEL_LINEAGE]: lineage, [LABEL_FLEET]: fleet.name, [LABEL_SPEC]: specHash },
   };
