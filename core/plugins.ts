@@ -24,6 +24,7 @@ export const BUILTIN_PLUGINS: readonly string[] = Object.freeze([
   'density-memory',
   'density-reclaim',
   'density-qos',
+  'density-placement',
 ]);
 
 /**
@@ -45,6 +46,16 @@ export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
   Object.freeze({ name: 'density-memory', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-reclaim', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-qos', options: Object.freeze({}) }),
+]);
+
+/**
+ * What the engine's process (the CLI, an SDK program) loads beside the
+ * agent's defaults: the placement plugin answers the cluster provider's
+ * `place` hook, which only fires there. Node agents do not load it unless a
+ * config names it (where it taps a hook that never fires).
+ */
+export const DEFAULT_ENGINE_PLUGINS: readonly PluginRef[] = Object.freeze([
+  Object.freeze({ name: 'density-placement', options: Object.freeze({}) }),
 ]);
 
 /**
