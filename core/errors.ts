@@ -38,6 +38,7 @@ export const ERRORS = Object.freeze({
   DSEC_PLAN_FILE: 'could not read plan file {file}: {message}',
   DSEC_STATE_NO_RESOURCE: 'no resource {address} in the state',
   DSEC_STATE_NOT_LOCKED: 'no state lock with id {id} to remove ({detail}); nothing was unlocked',
+  DSEC_STATE_LOCK_LOST: 'the state lock {id} at {location} is no longer ours ({detail}); the write was refused and nothing was written',
   // layers and storage -------------------------------------------------------
   DSEC_LAYER_IMMUTABLE: 'layer {ref} is already published with digest {existing}; its content now has digest {digest}. Publish a new version.',
   DSEC_LAYER_SOURCE: 'layer {ref}: {message}',
@@ -55,6 +56,7 @@ export const ERRORS = Object.freeze({
   // agent and sandboxes ------------------------------------------------------
   DSEC_AGENT_UNREACHABLE: 'the node agent at {address} is not reachable: {message}',
   DSEC_AGENT_UNAUTHORIZED: 'the node agent at {address} refused the request: {message}',
+  DSEC_AGENT_BAD_ANSWER: 'the node agent at {address} gave an answer that is not valid: {message}',
   DSEC_ETCD_UNREACHABLE: 'etcd is not reachable at {endpoints}: {message}',
   DSEC_PLACEMENT_FAILED: 'no node can take sandbox {id}: {reason}',
   DSEC_AGENT_START: 'the node agent did not start: {message}',

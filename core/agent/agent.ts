@@ -36,6 +36,8 @@ export interface NodeAgentOptions {
   readonly name?: string;
   /** How often the reaper looks for sandboxes past their TTLs (0: never). @default 5000 */
   readonly reapIntervalMs?: number;
+  /** A cluster agent: where it serves over TCP (`host:port`) and its labels, reported in nodeInfo(). */
+  readonly cluster?: { readonly address: string; readonly labels: Readonly<Record<string, string>> };
 }
 
 export class NodeAgent {
@@ -51,10 +53,12 @@ export class NodeAgent {
   private readonly usage: UsageReporter;
   private readonly reaper: Reaper | undefined;
   private storage: NodeInfo['storage'];
+  private readonly cluster: NodeAgentOptions['cluster'];
 
   constructor(options: NodeAgentOptions) {
     this.dsec = options.dsec;
     this.root = options.root;
+    this.cluster = options.cluster;
     this.node = Object.freeze({
       name: options.name ?? os.hostname(),
       root: options.root,
@@ -360,6 +364,7 @@ export class NodeAgent {
       agentVersion: DSEC_VERSION,
       pid: process.pid,
       ...(storage ? { storage } : {}),
+      ...(this.cluster ? { address: this.cluster.address, labels: this.cluster.labels } : {}),
     };
     return this.dsec.hooks.describeNode.promise(info, this.node).catch((error: Error) => {
       this.log.warn(`a describeNode tap failed (the node is described without it): ${error.message}`);

@@ -1,7 +1,10 @@
 /**
- * A typed client for the node agent's API over its Unix socket. Error bodies
+ * A typed client for the node agent's API: over its Unix socket
+ * (`new AgentClient(socketPath)`), or over TCP with the cluster token
+ * (`new AgentClient({url: 'http://10.0.0.5:7001', token})`). Error bodies
  * come back as the same DsecError (code, params and message) the agent threw,
- * so callers handle a remote failure exactly like a local one.
+ * so callers handle a remote failure exactly like a local one. An answer that
+ * is not JSON is DSEC_AGENT_BAD_ANSWER: whatever sent it is not to be trusted.
  */
 import http from 'node:http';
 import { DsecError, ERRORS, type ErrorCode } from '../errors.js';
@@ -39,11 +42,35 @@ export interface AgentClientOptions {
   readonly timeoutMs?: number;
 }
 
+/** Where an agent answers over TCP, and the cluster token it wants. */
+export interface AgentTcpTarget {
+  /** `http://HOST:PORT` */
+  readonly url: string;
+  readonly token: string;
+}
+
 export class AgentClient {
+  /** The Unix socket this client talks to; empty for a TCP client. */
+  readonly socketPath: string;
+  /** What messages name: the socket path, or `host:port` over TCP. */
+  readonly address: string;
+  private readonly tcp: { readonly host: string; readonly port: number; readonly authorization: string } | undefined;
   private readonly agent: http.Agent;
 
-  constructor(readonly socketPath: string, private readonly options: AgentClientOptions = {}) {
+  constructor(target: string | AgentTcpTarget, private readonly options: AgentClientOptions = {}) {
     this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+    if (typeof target === 'string') {
+      this.socketPath = target;
+      this.address = target;
+      this.tcp = undefined;
+      return;
+    }
+    const url = parseAgentUrl(target.url);
+    if (!target.token) throw new DsecError('DSEC_USAGE', { message: `AgentClient ${target.url}: a token is required over TCP` });
+    this.socketPath = '';
+    this.address = url.host;
+    // URL keeps IPv6 hosts in brackets; http.request wants them bare.
+    this.tcp = { host: url.hostname.replace(/^\[(.*)\]$/, '$1'), port: Number(url.port || 80), authorization: `Bearer ${target.token}` };
   }
 
   /** `plugins`: the fingerprint of the agent's plugins (see pluginsFingerprint); absent from agents older than it. */
@@ -184,15 +211,12 @@ export class AgentClient {
 
   private send<T>(method: string, path: string, body: unknown, timeoutMs: number): Promise<T> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    const headers: http.OutgoingHttpHeaders = payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) };
+    if (this.tcp) headers.authorization = this.tcp.authorization;
+    const where = this.tcp ? { host: this.tcp.host, port: this.tcp.port } : { socketPath: socketAddress(this.socketPath) };
     return new Promise<T>((resolve, reject) => {
       const req = http.request(
-        {
-          socketPath: socketAddress(this.socketPath),
-          path,
-          method,
-          agent: this.agent,
-          headers: payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
-        },
+        { ...where, path, method, agent: this.agent, headers },
         (res) => {
           const chunks: Buffer[] = [];
           res.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -203,8 +227,10 @@ export class AgentClient {
             try {
               parsed = text ? JSON.parse(text) : undefined;
             } catch {
-              return reject(new DsecError('DSEC_AGENT_REQUEST', { message: `${method} ${path}: the agent answered ${res.statusCode} with non-JSON: ${text.slice(0, 200)}` }));
+              const message = `${method} ${path}: HTTP ${res.statusCode} with a body that is not JSON: ${JSON.stringify(text.slice(0, 200))}`;
+              return reject(new DsecError('DSEC_AGENT_BAD_ANSWER', { address: this.address, message }));
             }
+            if (res.statusCode === 401) return reject(this.unauthorized(parsed));
             if ((res.statusCode ?? 500) >= 400) return reject(toDsecError(parsed, res.statusCode ?? 500));
             resolve(parsed as T);
           });
@@ -223,8 +249,28 @@ export class AgentClient {
   }
 
   private unreachable(error: Error): DsecError {
-    return new DsecError('DSEC_AGENT_UNREACHABLE', { address: this.socketPath, message: error.message }, { cause: error });
+    return new DsecError('DSEC_AGENT_UNREACHABLE', { address: this.address, message: error.message }, { cause: error });
   }
+
+  /** A 401 names this client's address and the agent's reason (a proxy's 401 without our body still maps here). */
+  private unauthorized(body: unknown): DsecError {
+    const reason = (body as { error?: { message?: unknown; params?: { message?: unknown } } } | undefined)?.error;
+    const message = typeof reason?.params?.message === 'string' ? reason.params.message : 'the token was refused';
+    return new DsecError('DSEC_AGENT_UNAUTHORIZED', { address: this.address, message });
+  }
+}
+
+function parseAgentUrl(text: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new DsecError('DSEC_USAGE', { message: `AgentClient: ${JSON.stringify(text)} is not a URL (expected http://HOST:PORT)` });
+  }
+  if (url.protocol !== 'http:' || !url.port) {
+    throw new DsecError('DSEC_USAGE', { message: `AgentClient: ${JSON.stringify(text)}: expected http://HOST:PORT` });
+  }
+  return url;
 }
 
 const RESOURCE_FIELDS = ['cpu', 'memoryMiB', 'pids'];

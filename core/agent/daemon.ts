@@ -30,6 +30,8 @@ export interface StartAgentOptions {
   readonly debug?: boolean;
   /** How often the reaper looks for sandboxes past their TTLs (0: never); short in tests. @default 5000 */
   readonly reapIntervalMs?: number;
+  /** More daemon flags, checked by the caller: the cluster ones (see startClusterAgent). */
+  readonly extraArgs?: readonly string[];
 }
 
 export interface AgentStatus {
@@ -56,6 +58,7 @@ export async function startAgentDaemon(options: StartAgentOptions): Promise<{ pi
     if (options.name) args.push('--name', options.name);
     if (options.debug) args.push('--debug');
     if (options.reapIntervalMs !== undefined) args.push('--reap-interval-ms', String(options.reapIntervalMs));
+    if (options.extraArgs) args.push(...options.extraArgs);
 
     const logFd = openSync(paths.logFile, 'a', 0o600);
     let exitCode: number | null | undefined;

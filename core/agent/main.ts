@@ -3,6 +3,14 @@
  * The node agent daemon:
  *
  *   node dist/core/agent/main.js --root DIR [--name NODE] [--plugins JSON] [--base-dir DIR] [--no-builtins] [--debug] [--reap-interval-ms N]
+ *       [--listen HOST:PORT --token-file FILE
+ *        [--join URL[,URL...] [--advertise HOST:PORT] [--node-label k=v ...] [--lease-ttl SECONDS] [--prefix /dsec]]]
+ *
+ * `--listen` serves the API on TCP too, every request needing
+ * `Authorization: Bearer <token>` (the token file's trimmed content, 16+
+ * characters). `--join` registers the node in etcd under a lease (see
+ * cluster-member.ts) before the Unix socket answers, so whoever waits for the
+ * socket (startClusterAgent) finds the node registered.
  *
  * `--plugins` is a JSON array of PluginRef ({name, options}) loaded on top of
  * the built-ins (storage-local, backend-container); a ref with a built-in's
@@ -13,67 +21,23 @@
  * keep running, and the next agent on this root adopts them.
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import path from 'node:path';
 import { Dsec } from '../dsec.js';
-import type { PluginRef } from '../model.js';
+import { isDsecError } from '../errors.js';
 import { agentPluginRefs, loadPlugins, pluginsFingerprint } from '../plugins.js';
 import { NodeAgent } from './agent.js';
+import { parseAgentArgs } from './args.js';
 import { AgentClient } from './client.js';
+import { readTokenFile, tokenFileIsShared } from './cluster-flags.js';
+import { ClusterMember } from './cluster-member.js';
 import { agentPaths, EXIT_ALREADY_RUNNING } from './layout.js';
 import { fileLogger } from './log.js';
 import { lockAgentRoot } from './root-lock.js';
 import { createAgentServer } from './server.js';
 
-interface Args {
-  root: string;
-  name?: string;
-  plugins: PluginRef[];
-  baseDir: string;
-  builtins: boolean;
-  debug: boolean;
-  reapIntervalMs?: number;
-}
-
-function parseArgs(argv: readonly string[]): Args {
-  const args: Partial<Args> & { plugins: PluginRef[] } = { plugins: [], builtins: true, debug: false };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i];
-    const value = () => {
-      const next = argv[++i];
-      if (next === undefined) throw new Error(`${flag} needs a value`);
-      return next;
-    };
-    if (flag === '--root') args.root = path.resolve(value());
-    else if (flag === '--name') args.name = value();
-    else if (flag === '--plugins') args.plugins = parsePluginRefs(value());
-    else if (flag === '--base-dir') args.baseDir = path.resolve(value());
-    else if (flag === '--no-builtins') args.builtins = false;
-    else if (flag === '--debug') args.debug = true;
-    else if (flag === '--reap-interval-ms') {
-      const ms = Number(value());
-      if (!Number.isInteger(ms) || ms < 0) throw new Error('--reap-interval-ms must be a whole number >= 0 (0: no reaper)');
-      args.reapIntervalMs = ms;
-    }
-    else throw new Error(`unknown argument ${flag}`);
-  }
-  if (!args.root) throw new Error('--root DIR is required');
-  return { ...args, root: args.root, baseDir: args.baseDir ?? args.root } as Args;
-}
-
-function parsePluginRefs(text: string): PluginRef[] {
-  const parsed: unknown = JSON.parse(text);
-  if (!Array.isArray(parsed)) throw new Error('--plugins must be a JSON array');
-  return parsed.map((entry) => {
-    if (typeof entry === 'string') return { name: entry, options: {} };
-    if (entry && typeof entry === 'object' && typeof (entry as PluginRef).name === 'string') {
-      return { name: (entry as PluginRef).name, options: (entry as PluginRef).options ?? {} };
-    }
-    throw new Error(`--plugins: ${JSON.stringify(entry)} is not {name, options}`);
-  });
-}
-
 async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
+  const args = parseAgentArgs(process.argv.slice(2));
+  // Read before anything starts: a bad token file is a startup error, never an open TCP port.
+  const token = args.cluster ? readTokenFile(args.cluster.tokenFile) : undefined;
   const paths = agentPaths(args.root);
   mkdirSync(paths.root, { recursive: true, mode: 0o700 });
   chmodSync(paths.root, 0o700);
@@ -90,7 +54,15 @@ async function main(): Promise<void> {
   const dsec = new Dsec({ log });
   const refs = agentPluginRefs(args.plugins, args.builtins);
   dsec.use(...(await loadPlugins(refs, args.baseDir)));
-  const agent = new NodeAgent({ dsec, root: paths.root, name: args.name, reapIntervalMs: args.reapIntervalMs });
+  if (args.cluster && tokenFileIsShared(args.cluster.tokenFile)) log.warn(`${args.cluster.tokenFile} can be read by others than its owner; chmod 600 it`);
+  const join = args.cluster?.join;
+  const agent = new NodeAgent({
+    dsec,
+    root: paths.root,
+    name: args.name,
+    reapIntervalMs: args.reapIntervalMs,
+    ...(join ? { cluster: { address: join.advertise, labels: join.labels } } : {}),
+  });
   await agent.start();
 
   let stopping = false;
@@ -98,6 +70,8 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     log.info(`agent stopping (${why}); sandboxes keep running`);
+    // Leave first: the node disappears from the cluster before its API does.
+    await member?.leave();
     await server.close().catch((error: Error) => log.warn(`closing the API: ${error.message}`));
     await agent.drain();
     removeOwnPidFile(paths.pidFile);
@@ -109,13 +83,42 @@ async function main(): Promise<void> {
     log,
     onShutdown: () => void shutdown('shutdown request'),
     identity: { plugins: pluginsFingerprint(refs, args.baseDir) },
+    ...(args.cluster && token ? { tcp: { host: args.cluster.listen.host, port: args.cluster.listen.port, token } } : {}),
   });
+  let member: ClusterMember | undefined;
+  if (args.cluster) log.info(`agent listening on TCP ${await server.listenTcp()} (token required)`);
+  if (join) {
+    member = new ClusterMember({
+      endpoints: join.endpoints,
+      prefix: join.prefix,
+      name: agent.node.name,
+      address: join.advertise,
+      labels: join.labels,
+      leaseTtlSeconds: join.leaseTtlSeconds,
+      nodeInfo: () => agent.nodeInfo(),
+      log,
+    });
+    try {
+      await member.join(JOIN_WAIT_MS);
+    } catch (error) {
+      // Another agent answers for this node name: serving beside it would split the node in two.
+      if (!isDsecError(error, 'DSEC_AGENT_START')) throw error;
+      log.warn(error.message);
+      await server.close().catch(() => undefined);
+      removeOwnPidFile(paths.pidFile);
+      process.stderr.write(`${new Date().toISOString()} error agent failed to start: ${error.message}\n`);
+      process.exit(1);
+    }
+  }
   await server.listen();
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGHUP', () => log.info('SIGHUP ignored'));
   log.info(`agent listening on ${paths.socket}`);
 }
+
+/** How long the first registration may wait for etcd before the agent serves anyway (and keeps trying). */
+const JOIN_WAIT_MS = 10_000;
 
 /** A live agent answering on the socket means: do not start a second one. */
 async function anotherAgentServes(paths: ReturnType<typeof agentPaths>): Promise<boolean> {

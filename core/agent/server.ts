@@ -1,7 +1,9 @@
 /**
  * The agent's HTTP/1.1 JSON API on a Unix socket (mode 0600: only root, the
- * agent's owner, may talk to it). Never TCP here: the cluster transport, with
- * a token, comes with the cluster provider.
+ * agent's owner, may talk to it), and for a cluster agent the same routes
+ * (less /v1/shutdown: stopping is for the node's operator, on the socket) on
+ * TCP, where every request must carry `Authorization: Bearer <token>`. There
+ * is no TCP without a token: createAgentServer refuses one.
  *
  * Every handler error becomes a JSON `{error: {code, message, params}}` with
  * a fitting status; nothing a client sends can take the agent down.
@@ -12,7 +14,9 @@ import { DsecError, type ErrorCode } from '../errors.js';
 import type { Logger } from '../hooks.js';
 import type { LayerModel } from '../model.js';
 import type { NodeAgent } from './agent.js';
+import { formatHostPort, MIN_TOKEN_LENGTH } from './cluster-flags.js';
 import { socketAddress } from './layout.js';
+import { bearerRefusal, RateLimitedLog } from './tcp-auth.js';
 
 /** Request bodies above this are refused (413): layers travel as paths, not bytes. */
 export const MAX_BODY_BYTES = 8 * 1024 * 1024;
@@ -20,6 +24,7 @@ const CLOSE_GRACE_MS = 3_000;
 
 const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_AGENT_REQUEST: 400,
+  DSEC_AGENT_UNAUTHORIZED: 401,
   DSEC_USAGE: 400,
   DSEC_BACKEND_UNKNOWN: 400,
   DSEC_LAYER_SOURCE: 400,
@@ -56,8 +61,18 @@ interface Route {
 }
 
 export interface AgentServer {
+  /** Serve on the Unix socket. */
   listen(): Promise<void>;
+  /** Serve on TCP (`options.tcp`, token required); resolves to the bound `host:port`. */
+  listenTcp(): Promise<string>;
   close(): Promise<void>;
+}
+
+export interface TcpListenOptions {
+  readonly host: string;
+  readonly port: number;
+  /** The shared token every TCP request must present (at least MIN_TOKEN_LENGTH characters). */
+  readonly token: string;
 }
 
 export interface AgentServerOptions {
@@ -66,6 +81,8 @@ export interface AgentServerOptions {
   readonly onShutdown: () => void;
   /** What `GET /v1/health` says about this agent besides its pid: the fingerprint of its plugins. */
   readonly identity?: { readonly plugins?: string };
+  /** Serve the API on TCP too, behind the shared token (cluster agents). */
+  readonly tcp?: TcpListenOptions;
 }
 
 export function createAgentServer(agent: NodeAgent, options: AgentServerOptions): AgentServer {
@@ -76,6 +93,7 @@ export function createAgentServer(agent: NodeAgent, options: AgentServerOptions)
   // exec may legitimately run for minutes; its own timeout bounds it.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 30_000;
+  const tcpServer = options.tcp ? createTcpServer(routes, options.tcp, options.log) : undefined;
 
   return {
     async listen() {
@@ -95,16 +113,50 @@ export function createAgentServer(agent: NodeAgent, options: AgentServerOptions)
       }
       await chmod(options.socketPath, 0o600);
     },
-    async close() {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-        // Requests in flight (a long exec) get a short grace, then are cut: the sandboxes keep running.
-        setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS).unref();
+    async listenTcp() {
+      if (!tcpServer || !options.tcp) throw new Error('listenTcp: no tcp options were given');
+      const { host, port } = options.tcp;
+      await new Promise<void>((resolve, reject) => {
+        tcpServer.once('error', reject);
+        tcpServer.listen(port, host, () => {
+          tcpServer.off('error', reject);
+          resolve();
+        });
       });
+      return formatHostPort({ host, port });
+    },
+    async close() {
+      await Promise.all([closeGracefully(server), tcpServer?.listening ? closeGracefully(tcpServer) : undefined]);
       await rm(options.socketPath, { force: true });
     },
   };
+}
+
+function closeGracefully(server: http.Server): Promise<void> {
+  return new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    server.closeIdleConnections();
+    // Requests in flight (a long exec) get a short grace, then are cut: the sandboxes keep running.
+    setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS).unref();
+  });
+}
+
+/** The TCP face: the token checked before anything else is read, refusals logged (rate-limited) with the caller's address. */
+function createTcpServer(routes: readonly Route[], tcp: TcpListenOptions, log: Logger): http.Server {
+  if (tcp.token.length < MIN_TOKEN_LENGTH) throw new Error(`the agent never serves TCP without a token of at least ${MIN_TOKEN_LENGTH} characters`);
+  const tcpRoutes = routes.filter((candidate) => !candidate.pattern.test('/v1/shutdown'));
+  const refusals = new RateLimitedLog(log);
+  const server = http.createServer((req, res) => {
+    const why = bearerRefusal(req.headers.authorization, tcp.token);
+    if (why === undefined) return void handle(tcpRoutes, req, res, log);
+    const from = formatHostPort({ host: req.socket.remoteAddress ?? '?', port: req.socket.remotePort ?? 0 });
+    refusals.warn(`refused ${req.method} ${JSON.stringify((req.url ?? '').slice(0, 200))} over TCP from ${from}: ${why}`);
+    const address = formatHostPort({ host: req.socket.localAddress ?? tcp.host, port: req.socket.localPort ?? tcp.port });
+    sendError(res, 401, new DsecError('DSEC_AGENT_UNAUTHORIZED', { address, message: `${why} (send Authorization: Bearer <the cluster token>)` }));
+  });
+  server.requestTimeout = 0;
+  server.keepAliveTimeout = 30_000;
+  return server;
 }
 
 function route(method: string, path: string, handler: Handler): Route {
@@ -239,8 +291,8 @@ function send(res: http.ServerResponse, status: number, value: unknown): void {
 }
 
 function sendError(res: http.ServerResponse, status: number, error: DsecError): void {
-  if (status === 413) {
-    // Stop reading the rest of an oversized upload: answer, then hang up.
+  if (status === 413 || status === 401) {
+    // Stop reading the rest of an oversized or unauthenticated upload: answer, then hang up.
     const socket = res.req.socket;
     res.setHeader('connection', 'close');
     res.on('finish', () => socket?.destroy());
