@@ -54,15 +54,8 @@ export async function readLock(lockFile: string): Promise<LockRead> {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'free' };
     throw error;
   }
-  try {
-    const info = JSON.parse(text) as LockInfo;
-    if (typeof info.id === 'string' && typeof info.pid === 'number' && typeof info.host === 'string') {
-      return { state: 'held', info };
-    }
-  } catch {
-    // fall through: not ours to interpret
-  }
-  return { state: 'unreadable' };
+  const info = parseLockInfo(text);
+  return info ? { state: 'held', info } : { state: 'unreadable' };
 }
 
 /** A pid on this host that no longer exists. EPERM means it exists under another user. */
@@ -84,16 +77,23 @@ export function lockedError(lockFile: string, read: Exclude<LockRead, { state: '
       lockFile,
     });
   }
-  const holder = describeHolder(read.info);
-  const params = {
-    holder,
-    id: read.info.id,
-    pid: read.info.pid,
-    host: read.info.host,
-    command: read.info.command,
-    since: read.info.createdAt,
-  };
-  return new DsecError(holderIsGone(read.info) ? 'DSEC_STATE_STALE_LOCK' : 'DSEC_STATE_LOCKED', params);
+  return new DsecError(holderIsGone(read.info) ? 'DSEC_STATE_STALE_LOCK' : 'DSEC_STATE_LOCKED', holderParams(read.info));
+}
+
+/** The parameters of a lock error about `info`'s holder (the same for every store). */
+export function holderParams(info: LockInfo, holder = describeHolder(info)): Record<string, string | number> {
+  return { holder, id: info.id, pid: info.pid, host: info.host, command: info.command, since: info.createdAt };
+}
+
+/** A lock's JSON text as a LockInfo, or undefined when it is not one. */
+export function parseLockInfo(text: string): LockInfo | undefined {
+  try {
+    const info = JSON.parse(text) as LockInfo;
+    if (typeof info.id === 'string' && typeof info.pid === 'number' && typeof info.host === 'string') return info;
+  } catch {
+    // fall through: not ours to interpret
+  }
+  return undefined;
 }
 
 /** Remove the lock only if it is still the one with `id`. */

@@ -1,5 +1,8 @@
 /**
  * A locked state session: the current state, serialized writes, release.
+ * The same for every store: a store gives it where the text goes (`persist`:
+ * a file renamed into place, a guarded etcd transaction) and how its lock is
+ * dropped.
  *
  * Writes are group-committed: mutators queued while a disk write is in flight
  * are applied in order to the latest state and persisted together by the next
@@ -9,7 +12,6 @@
  */
 import type { StateFile } from '../plan.js';
 import { DSEC_VERSION } from '../version.js';
-import { writeFileAtomic } from './files.js';
 import type { LockInfo } from './lock.js';
 import { validateStateChanges } from './schema.js';
 import { serializeState, stateContent } from './serialize.js';
@@ -34,13 +36,25 @@ export interface StateSession {
   release(): Promise<void>;
 }
 
+/** Where a session's writes go: the store's half of a session. */
+export interface StateSink {
+  /**
+   * Put the serialized state `text` (of `written`) where the store keeps it,
+   * durably, before resolving. Throwing fails the writes it carried, and the
+   * session stays at the state it last persisted.
+   */
+  persist(text: string, written: StateFile): Promise<void>;
+  /** Drop the lock, after every pending write settled (if it is still ours). */
+  release(): Promise<void>;
+}
+
 interface PendingWrite {
   readonly mutate: StateMutator;
   readonly resolve: (state: StateFile) => void;
   readonly reject: (error: unknown) => void;
 }
 
-export class LocalStateSession implements StateSession {
+export class GroupCommitStateSession implements StateSession {
   private current: StateFile;
   private currentContent: string;
   private readonly queue: PendingWrite[] = [];
@@ -50,8 +64,7 @@ export class LocalStateSession implements StateSession {
   constructor(
     initial: StateFile,
     readonly lock: LockInfo,
-    private readonly paths: { readonly file: string; readonly backup: string },
-    private readonly onRelease: () => Promise<void>,
+    private readonly sink: StateSink,
   ) {
     this.current = initial;
     this.currentContent = stateContent(initial);
@@ -90,7 +103,7 @@ export class LocalStateSession implements StateSession {
     if (this.released) return;
     await this.flush();
     this.released = true;
-    await this.onRelease();
+    await this.sink.release();
   }
 
   private async drain(): Promise<void> {
@@ -126,7 +139,7 @@ export class LocalStateSession implements StateSession {
     // Never put on disk a state the next read would call corrupt.
     const problem = validateStateChanges(written);
     if (problem) throw new Error(`refusing to write an invalid state: ${problem}`);
-    await writeFileAtomic(this.paths.file, serializeState(written, content), { backup: this.paths.backup });
+    await this.sink.persist(serializeState(written, content), written);
     this.current = written;
     this.currentContent = content;
   }

@@ -23,8 +23,10 @@ import {
   tryCreateLock,
   describeHolder,
 } from './lock.js';
+import { writeFileAtomic } from './files.js';
 import { validateState } from './schema.js';
-import { LocalStateSession, type StateSession } from './session.js';
+import { GroupCommitStateSession, type StateSession } from './session.js';
+import type { StateStore } from './store.js';
 
 export interface LocalStateStoreOptions {
   /** How long `lock()` retries (with backoff) while another live process holds the lock. @default 0 */
@@ -38,11 +40,16 @@ export function emptyState(): StateFile {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-export class LocalStateStore {
+export class LocalStateStore implements StateStore {
   readonly file: string;
   readonly backupFile: string;
   readonly lockFile: string;
   private readonly lockTimeoutMs: number;
+
+  /** The state file's path. */
+  get location(): string {
+    return this.file;
+  }
 
   constructor(
     readonly stateDir: string,
@@ -99,8 +106,11 @@ export class LocalStateStore {
     }
     try {
       const state = await this.read();
-      return new LocalStateSession(state, mine, { file: this.file, backup: this.backupFile }, async () => {
-        await removeLockIf(this.lockFile, mine.id);
+      return new GroupCommitStateSession(state, mine, {
+        persist: (text) => writeFileAtomic(this.file, text, { backup: this.backupFile }),
+        release: async () => {
+          await removeLockIf(this.lockFile, mine.id);
+        },
       });
     } catch (error) {
       await removeLockIf(this.lockFile, mine.id);
