@@ -20,6 +20,15 @@ import { etcdFailure } from '../cluster/etcd.js';
 import { DsecError } from '../errors.js';
 import type { StateFile } from '../plan.js';
 import { type LockInfo, describeHolder, holderParams, newLockInfo, parseLockInfo } from './lock.js';
+import {
+  chunksPrefix,
+  DEFAULT_MAX_VALUE_BYTES,
+  dropOtherGenerations,
+  encodeState,
+  parseManifest,
+  readStateText,
+  writeChunks,
+} from './etcd-chunks.js';
 import { validateState } from './schema.js';
 import { GroupCommitStateSession, type StateSession } from './session.js';
 import { emptyState } from './state.js';
@@ -32,6 +41,8 @@ export interface EtcdStateStoreOptions {
   readonly leaseTtlSeconds?: number;
   /** How long `lock()` retries (with backoff) while someone else holds the lock. @default 0 */
   readonly lockTimeoutMs?: number;
+  /** A state text bigger than this is stored in chunks of this size (etcd refuses requests over 1.5 MiB). @default 1 MiB */
+  readonly maxValueBytes?: number;
 }
 
 type LockRead =
@@ -45,6 +56,7 @@ export class EtcdStateStore implements StateStore {
   readonly lockKey: string;
   private readonly leaseTtlSeconds: number;
   private readonly lockTimeoutMs: number;
+  private readonly maxValueBytes: number;
 
   constructor(
     private readonly client: Etcd3,
@@ -56,6 +68,7 @@ export class EtcdStateStore implements StateStore {
     this.lockKey = keys.stateLock(key);
     this.leaseTtlSeconds = options.leaseTtlSeconds ?? 10;
     this.lockTimeoutMs = options.lockTimeoutMs ?? 0;
+    this.maxValueBytes = options.maxValueBytes ?? DEFAULT_MAX_VALUE_BYTES;
   }
 
   get location(): string {
@@ -81,21 +94,35 @@ export class EtcdStateStore implements StateStore {
     try {
       const leaseId = await this.call(() => lease.grant());
       await this.acquire(mineText, leaseId);
-      const { state, revision } = await this.readWithRevision();
+      const { state, revision, generation } = await this.readWithRevision();
       let stateRevision = revision;
+      let stateGeneration = generation;
+      // Chunks a writer that crashed mid-write left behind.
+      await this.call(() => dropOtherGenerations(this.client, this.stateKey, stateGeneration));
       return new GroupCommitStateSession(state, mine, {
         persist: async (text) => {
           if (lost) throw this.lockLost(mine, lost);
-          const result = await this.call(() =>
-            this.client
-              .if(this.lockKey, 'Value', '==', mineText)
-              .and(this.stateKey, 'Mod', '==', stateRevision)
-              .then(this.client.put(this.stateKey).value(text))
-              .commit(),
-          );
-          stateRevision = result.succeeded
-            ? result.header.revision
-            : await this.refusedWrite(mine, mineText, stateRevision, text);
+          const encoded = encodeState(text, this.maxValueBytes);
+          try {
+            await this.call(() => writeChunks(this.client, this.stateKey, encoded));
+            const result = await this.call(() =>
+              this.client
+                .if(this.lockKey, 'Value', '==', mineText)
+                .and(this.stateKey, 'Mod', '==', stateRevision)
+                .then(this.client.put(this.stateKey).value(encoded.value))
+                .commit(),
+            );
+            stateRevision = result.succeeded
+              ? result.header.revision
+              : await this.refusedWrite(mine, mineText, stateRevision, encoded.value);
+          } catch (error) {
+            if (encoded.generation) await dropGeneration(this.client, this.stateKey, encoded.generation);
+            throw error;
+          }
+          if (stateGeneration || encoded.generation) {
+            await this.call(() => dropOtherGenerations(this.client, this.stateKey, encoded.generation));
+          }
+          stateGeneration = encoded.generation;
         },
         release: async () => {
           // Revoking the lease deletes the lock key with it; an unreachable
@@ -201,19 +228,21 @@ export class EtcdStateStore implements StateStore {
     return new DsecError('DSEC_STATE_LOCK_LOST', { id: mine.id, location: this.location, detail });
   }
 
-  private async readWithRevision(): Promise<{ state: StateFile; revision: string }> {
+  private async readWithRevision(): Promise<{ state: StateFile; revision: string; generation?: string }> {
     const response = await this.call(() => this.client.get(this.stateKey).exec());
     const kv = response.kvs[0];
     if (!kv) return { state: emptyState(), revision: '0' };
+    const generation = parseManifest(kv.value.toString('utf8'))?.generation;
     let value: unknown;
     try {
-      value = JSON.parse(kv.value.toString('utf8'));
+      value = JSON.parse(await this.call(() => readStateText(this.client, this.stateKey, kv)));
     } catch (error) {
+      if (error instanceof DsecError) throw error;
       throw new DsecError('DSEC_STATE_CORRUPT', { file: this.location, message: (error as Error).message }, { cause: error });
     }
     const problem = validateState(value);
     if (problem) throw new DsecError('DSEC_STATE_CORRUPT', { file: this.location, message: problem });
-    return { state: value as StateFile, revision: kv.mod_revision };
+    return { state: value as StateFile, revision: kv.mod_revision, generation };
   }
 
   private async readLock(): Promise<LockRead> {
@@ -235,4 +264,13 @@ export class EtcdStateStore implements StateStore {
       throw etcdFailure(this.client, error);
     }
   }
+}
+
+/** Best effort: the chunks of a write that did not land (the next lock sweeps what stays). */
+async function dropGeneration(client: Etcd3, stateKey: string, generation: string): Promise<void> {
+  await client
+    .delete()
+    .prefix(`${chunksPrefix(stateKey)}${generation}/`)
+    .exec()
+    .catch(() => undefined);
 }

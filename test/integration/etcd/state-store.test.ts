@@ -217,6 +217,61 @@ describe('EtcdStateStore sessions', () => {
   });
 });
 
+describe('EtcdStateStore with a state bigger than one etcd value', () => {
+  const manyLayers =
+    (count: number, tag: string) =>
+    (state: StateFile): StateFile => {
+      const resources = { ...state.resources };
+      for (let i = 0; i < count; i++) {
+        const name = `l${i}`;
+        resources[`layer.${name}@1.0.0`] = { type: 'layer', name, version: '1.0.0', kind: 'base', digest: `sha256:${tag}${i}` };
+      }
+      return { ...state, resources };
+    };
+  const chunkKeys = async (key: string): Promise<string[]> =>
+    client.getAll().prefix(`${clusterKeys(PREFIX).state(key)}.chunks/`).keys();
+
+  it('stores a 3 MB state in chunks under etcd\'s request limit, reads it back whole, and drops the old chunks on the next write', async () => {
+    const key = freshKey();
+    const store = new EtcdStateStore(client, key, { prefix: PREFIX });
+    const session = await lock(store);
+    const first = await session.write(manyLayers(20_000, 'a'));
+    expect((await store.read()).resources).toEqual(first.resources);
+    const firstChunks = await chunkKeys(key);
+    expect(firstChunks.length).toBeGreaterThanOrEqual(3);
+    const manifest = JSON.parse((await client.get(clusterKeys(PREFIX).state(key)).string())!) as { generation: string };
+    expect(firstChunks.every((chunk) => chunk.includes(`/${manifest.generation}/`))).toBe(true);
+
+    const second = await session.write(manyLayers(20_000, 'b'));
+    expect(second.serial).toBe(2);
+    const read = await new EtcdStateStore(client, key, { prefix: PREFIX }).read();
+    expect(read.serial).toBe(2);
+    expect(read.resources['layer.l19999@1.0.0']).toMatchObject({ digest: 'sha256:b19999' });
+    const secondChunks = await chunkKeys(key);
+    expect(secondChunks.some((chunk) => firstChunks.includes(chunk))).toBe(false);
+
+    await session.write((state) => ({ ...state, resources: {} }));
+    expect(await chunkKeys(key)).toEqual([]);
+    expect(JSON.parse((await client.get(clusterKeys(PREFIX).state(key)).string())!)).toMatchObject({ serial: 3, resources: {} });
+  });
+
+  it('refuses chunks that do not match their manifest as a corrupt state', async () => {
+    const key = freshKey();
+    const store = new EtcdStateStore(client, key, { prefix: PREFIX, maxValueBytes: 4096 });
+    const session = await lock(store);
+    await session.write(manyLayers(100, 'a'));
+    await session.release();
+    const [firstChunk] = await chunkKeys(key);
+    await client.put(firstChunk).value('garbage');
+    // Chunks are read at the manifest's revision: rewrite it so the garbage is what it names.
+    const stateKey = clusterKeys(PREFIX).state(key);
+    await client.put(stateKey).value((await client.get(stateKey).string())!);
+    const error = await caught(() => store.read());
+    expect(error.code).toBe('DSEC_STATE_CORRUPT');
+    expect(error.message).toContain('do not match their manifest');
+  });
+});
+
 describe('etcd unreachable', () => {
   it('connectEtcd fails within its timeout with DSEC_ETCD_UNREACHABLE naming every endpoint', async () => {
     const [a, b] = await freePorts(2);
