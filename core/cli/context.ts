@@ -4,7 +4,7 @@
  * the provider and the state store. Commands ask for the parts they use, so
  * `dsec synth` never starts an agent and `dsec state list` never loads plugins.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { findConfigFile, loadConfig, type LoadedConfig } from '../config/index.js';
 import { invalid as invalidConfig } from '../config/load.js';
@@ -12,11 +12,12 @@ import { Dsec, type DsecPlugin } from '../dsec.js';
 import { DsecError, isDsecError, type Diagnostic, type SourceLocation } from '../errors.js';
 import type { Logger } from '../hooks.js';
 import type { ConfigModel } from '../model.js';
-import { DEFAULT_AGENT_PLUGINS, loadPlugin, mergePluginRefs } from '../plugins.js';
+import { DEFAULT_AGENT_PLUGINS, DEFAULT_ENGINE_PLUGINS, loadPlugin, mergePluginRefs } from '../plugins.js';
 import type { Provider } from '../provider.js';
-import { LocalStateStore } from '../state/index.js';
+import { LocalStateStore, type StateStore } from '../state/index.js';
 import type { AgentClient } from '../agent/client.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/index.js';
+import { createClusterProvider } from '../../providers/cluster/index.js';
 
 export interface GlobalOptions {
   /** `-C DIR`: run as if started in DIR. */
@@ -39,7 +40,9 @@ export class CliContext {
   readonly cwd: string;
   readonly log: Logger;
   private project?: Promise<LoadedProject>;
-  private provider?: LocalProvider;
+  private provider?: Provider;
+  /** Clients to close with the context (the etcd state store's). */
+  private readonly closers: (() => void)[] = [];
 
   constructor(readonly options: GlobalOptions) {
     this.cwd = path.resolve(options.chdir ?? process.cwd());
@@ -78,28 +81,50 @@ export class CliContext {
     return this.project;
   }
 
-  /** Where this project keeps its state and its agent: the config's `stateDir`, else `.dsec` beside the config. */
+  /**
+   * Where this project keeps its local state and its agent: the local
+   * provider's `stateDir`, else `.dsec` beside the config (the cluster
+   * provider's local state file, when the state is not in etcd).
+   */
   async stateDir(): Promise<string> {
     const { config } = await this.load();
-    if (config.provider.type !== 'local') {
-      throw new DsecError('DSEC_USAGE', { message: `provider ${config.provider.type} is not available yet` });
-    }
+    if (config.provider.type !== 'local') return path.resolve(config.dir, '.dsec');
     return path.resolve(config.dir, config.provider.stateDir);
   }
 
-  async stateStore(): Promise<LocalStateStore> {
-    return new LocalStateStore(await this.stateDir());
+  /** The config's state store: the local file (default), or etcd (`state: { backend: etcd }`). */
+  async stateStore(): Promise<StateStore> {
+    const { config } = await this.load();
+    const state = config.state;
+    if (state?.backend !== 'etcd') return new LocalStateStore(await this.stateDir());
+    // Imported here: the etcd client (gRPC) is not worth loading for a local state.
+    const [{ connectEtcd }, { EtcdStateStore }] = await Promise.all([import('../cluster/etcd.js'), import('../state/etcd-store.js')]);
+    const client = await connectEtcd(state.etcd);
+    this.closers.push(() => client.close());
+    return new EtcdStateStore(client, state.key, { prefix: state.prefix });
   }
 
   async connect(options: { autoStart?: boolean } = {}): Promise<Provider> {
     if (this.provider) return this.provider;
-    const { config } = await this.load();
+    const { config, dsec, locate } = await this.load();
+    const notice = (message: string) => process.stderr.write(`note: ${message}\n`);
+    const provider = config.provider;
+    if (provider.type === 'cluster') {
+      this.provider = createClusterProvider({
+        etcd: provider.etcd,
+        token: readClusterToken(provider.tokenFile, locate),
+        prefix: provider.prefix,
+        dsec,
+        notice,
+      });
+      return this.provider;
+    }
     this.provider = createLocalProvider({
       stateDir: await this.stateDir(),
       baseDir: config.dir,
       plugins: config.plugins,
       autoStart: options.autoStart ?? true,
-      notice: (message) => process.stderr.write(`note: ${message}\n`),
+      notice,
     });
     return this.provider;
   }
@@ -110,14 +135,43 @@ export class CliContext {
    * `autoStart: false`, then an agent that is not running is DSEC_AGENT_UNREACHABLE.
    */
   async agent(options: { autoStart?: boolean } = {}): Promise<AgentClient> {
-    const provider = (await this.connect(options)) as LocalProvider;
+    const connected = await this.connect(options);
+    if (connected.name !== 'local') {
+      throw new DsecError('DSEC_USAGE', { message: `this command talks to the project's local node agent; the config uses the ${connected.name} provider` });
+    }
+    const provider = connected as LocalProvider;
     await provider.ensureAgent();
     return provider.client;
   }
 
   async close(): Promise<void> {
     await this.provider?.close();
+    for (const close of this.closers.splice(0)) close();
   }
+}
+
+/** Node agents want at least this many characters of token (as `dsec agent start --token-file` checks). */
+const MIN_TOKEN_LENGTH = 16;
+
+/**
+ * The cluster's shared agent token, from `provider.cluster.tokenFile`. A file
+ * that cannot be read or holds too short a token is a config error located
+ * at that field.
+ */
+export function readClusterToken(file: string, locate: (path: string) => SourceLocation): string {
+  let problem: string | undefined;
+  let token = '';
+  try {
+    token = readFileSync(file, 'utf8').trim();
+    if (token.length < MIN_TOKEN_LENGTH) {
+      problem = `the token in ${file} has ${token.length} character(s); the agents need at least ${MIN_TOKEN_LENGTH} (the same file as their --token-file)`;
+    }
+  } catch (error) {
+    problem = `cannot read the token file ${file} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); it holds the token the node agents were started with (--token-file)`;
+  }
+  if (problem === undefined) return token;
+  const at = '/provider/cluster/tokenFile';
+  throw invalidConfig([{ code: 'DSEC_CONFIG_INVALID_VALUE', severity: 'error', message: problem, path: at, location: locate(at) }]);
 }
 
 /**
@@ -129,7 +183,8 @@ export class CliContext {
 async function loadProjectPlugins(loaded: LoadedConfig): Promise<DsecPlugin[]> {
   const { model } = loaded;
   const plugins: DsecPlugin[] = [];
-  for (const ref of mergePluginRefs(DEFAULT_AGENT_PLUGINS, model.plugins)) {
+  // The engine's own defaults (placement) beside the agent's: the cluster provider asks them.
+  for (const ref of mergePluginRefs([...DEFAULT_AGENT_PLUGINS, ...DEFAULT_ENGINE_PLUGINS], model.plugins)) {
     try {
       plugins.push(await loadPlugin(ref, model.dir));
     } catch (error) {

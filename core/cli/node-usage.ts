@@ -5,7 +5,7 @@
  * reclaimed, swap), the QoS the node can give, and a table of its fleets.
  * Pure, so the layout is tested without an agent.
  */
-import type { NodeUsage, SandboxStatus } from '../live.js';
+import type { NodeInfo, NodeUsage, SandboxStatus } from '../live.js';
 import { table, type Colors } from './output.js';
 
 const STATUS_ORDER: readonly SandboxStatus[] = ['running', 'paused', 'creating', 'stopped', 'failed'];
@@ -81,8 +81,28 @@ function fleetTable(usage: NodeUsage): string {
   return table(rows).replace(/^/gm, '  ');
 }
 
-export function renderNodeUsage(usages: readonly NodeUsage[], c: Colors): string {
-  if (usages.length === 0) return 'No nodes.\n';
+/** `healthy, 10.0.0.5:7001` or `unhealthy (no answer within 5000 ms), 10.0.0.6:7001`; empty for the local provider's node. */
+export function healthLine(node: NodeInfo, c: Colors): string {
+  if (!node.health) return '';
+  const health = node.health === 'healthy' ? c.green('healthy') : c.red(`unhealthy (${node.healthReason ?? 'no reason given'})`);
+  return node.address ? `${health}, ${node.address}` : health;
+}
+
+/**
+ * Every node's block. With `nodes` (the cluster provider's), each block
+ * says the node's health and address, and an unhealthy node (which gives no
+ * usage report) is listed with its reason.
+ */
+export function renderNodeUsage(usages: readonly NodeUsage[], c: Colors, nodes: readonly NodeInfo[] = []): string {
+  const unhealthy = nodes.filter((node) => node.health === 'unhealthy' && !usages.some((usage) => usage.node === node.name));
+  if (usages.length === 0 && unhealthy.length === 0) return 'No nodes.\n';
+  const infoOf = new Map(nodes.map((node) => [node.name, node]));
+  const headline = (name: string): string => {
+    const info = infoOf.get(name);
+    const health = info ? healthLine(info, c) : '';
+    return health ? `${c.bold(`Node ${name}`)}  ${health}` : c.bold(`Node ${name}`);
+  };
+  const sick = unhealthy.map((node) => headline(node.name));
   const blocks = usages.map((usage) => {
     const lines: [string, string][] = [
       ['sandboxes', sandboxCounts(usage.sandboxes, c)],
@@ -95,11 +115,11 @@ export function renderNodeUsage(usages: readonly NodeUsage[], c: Colors): string
     ];
     const width = Math.max(...lines.map(([key]) => key.length));
     return [
-      c.bold(`Node ${usage.node}`),
+      headline(usage.node),
       ...lines.map(([key, value]) => `  ${c.dim(key.padEnd(width))}  ${value}`),
       '',
       fleetTable(usage).trimEnd(),
     ].join('\n');
   });
-  return `${blocks.join('\n\n')}\n`;
+  return `${[...blocks, ...sick].join('\n\n')}\n`;
 }

@@ -15,6 +15,7 @@
  * store all build their keys from this file.
  */
 import type { NodeInfo } from '../live.js';
+import type { Resources } from '../model.js';
 
 export const DEFAULT_CLUSTER_PREFIX = '/dsec';
 
@@ -37,6 +38,14 @@ export interface Placement {
   /** The fleet it belongs to, when it has the dsec.io/fleet label. */
   readonly fleet?: string;
   readonly at: string;
+  /**
+   * What the sandbox is, from its spec, so the provider can still report it
+   * (as `stopped`) when its node is gone and the planner sees the drift and
+   * replaces it: its labels carry the ownership, fleet and spec hash.
+   */
+  readonly labels?: Readonly<Record<string, string>>;
+  readonly backend?: string;
+  readonly resources?: Resources;
 }
 
 export function clusterKeys(prefix: string = DEFAULT_CLUSTER_PREFIX) {

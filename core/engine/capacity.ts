@@ -42,7 +42,8 @@ export interface CapacityShortfall {
 
 /** The shortfalls of every fleet change, in plan order; empty when a node has no policy. */
 export function capacityShortfalls(changes: readonly ResourceChange[], live: LiveView): CapacityShortfall[] {
-  const nodes = live.nodes;
+  // An unhealthy node (cluster provider) receives no new sandboxes: its room does not count.
+  const nodes = live.nodes.filter((node) => node.health !== 'unhealthy');
   if (nodes.length === 0 || nodes.some((node) => !node.allocatable || !node.requested)) return [];
   const free: Amount = { cpu: 0, memoryMiB: 0 };
   for (const node of nodes) {

@@ -5,8 +5,22 @@
  */
 import type { Command } from 'commander';
 import { action } from '../command.js';
+import type { NodeInfo, NodeUsage } from '../../live.js';
 import { renderNodeUsage } from '../node-usage.js';
 import { colors, printJson } from '../output.js';
+
+/** Each usage report with its node's health and address, then the unhealthy nodes (which report none). */
+function withHealth(usages: readonly NodeUsage[], nodes: readonly NodeInfo[]): unknown[] {
+  const infoOf = new Map(nodes.map((node) => [node.name, node]));
+  const health = (node: NodeInfo | undefined) => ({
+    ...(node?.health ? { health: node.health } : {}),
+    ...(node?.healthReason ? { healthReason: node.healthReason } : {}),
+    ...(node?.address ? { address: node.address } : {}),
+  });
+  const reported = usages.map((usage) => ({ ...usage, ...health(infoOf.get(usage.node)) }));
+  const silent = nodes.filter((node) => !usages.some((usage) => usage.node === node.name)).map((node) => ({ node: node.name, ...health(node) }));
+  return [...reported, ...silent];
+}
 
 export function registerNodesCommand(program: Command): void {
   program
@@ -20,8 +34,10 @@ export function registerNodesCommand(program: Command): void {
       action<{ json?: boolean; color: boolean }, []>(async (ctx, flags) => {
         const provider = await ctx.connect();
         const usages = await provider.nodeUsage();
-        if (flags.json) printJson(usages);
-        else process.stdout.write(renderNodeUsage(usages, colors(flags.color)));
+        // The cluster provider's nodes carry health and address; the local one's node has neither.
+        const nodes = provider.name === 'local' ? [] : await provider.nodes();
+        if (flags.json) printJson(nodes.length === 0 ? usages : withHealth(usages, nodes));
+        else process.stdout.write(renderNodeUsage(usages, colors(flags.color), nodes));
         return 0;
       }),
     );

@@ -1,0 +1,228 @@
+/**
+ * The `cluster` provider: many node agents, found through etcd. Agents
+ * started with `dsec agent start --join` register under a lease
+ * (`<prefix>/nodes/<name>`); this provider reads them, asks each over TCP
+ * (with the shared token) for its node info and sandboxes, places new
+ * sandboxes through the `place` hook, and records each placement in etcd
+ * (`<prefix>/placements/<id>`) before the node is asked to create it.
+ *
+ * What it never does: trust a node that does not answer properly (it is
+ * `unhealthy`, and its sandboxes are reported from their placements as
+ * `stopped`), or return an empty view when etcd is unreachable
+ * (DSEC_ETCD_UNREACHABLE naming the endpoints).
+ */
+import type { Etcd3 } from 'etcd3';
+import { AgentClient } from '../../core/agent/client.js';
+import { connectEtcd } from '../../core/cluster/etcd.js';
+import { clusterKeys, DEFAULT_CLUSTER_PREFIX, type Placement } from '../../core/cluster/keys.js';
+import type { Dsec } from '../../core/dsec.js';
+import { DsecError } from '../../core/errors.js';
+import type {
+  BatchOutcome,
+  ExecRequest,
+  ExecResult,
+  LayerRecord,
+  LiveView,
+  NodeInfo,
+  NodeUsage,
+  SandboxInfo,
+  SandboxSpec,
+  SandboxTarget,
+  SandboxUpdate,
+} from '../../core/live.js';
+import type { LayerModel } from '../../core/model.js';
+import type { Provider } from '../../core/provider.js';
+import { createInCluster } from './create.js';
+import { commonLayers, sandboxesOf } from './view.js';
+import { mapLimit, probeNode, type ProbedNode } from './nodes.js';
+import { deletePlacement, readPlacement, readPlacements, readRegistrations, writePlacement } from './registry.js';
+
+export interface ClusterProviderOptions {
+  /** etcd client URLs. */
+  readonly etcd: readonly string[];
+  /** The token every agent of the cluster wants (`--token-file`). */
+  readonly token: string;
+  /** @default "/dsec" */
+  readonly prefix?: string;
+  /** The engine's Dsec: its `place` hook chooses nodes (density-placement by default). */
+  readonly dsec: Pick<Dsec, 'hooks'>;
+  /** Told what the user did not ask for: a sandbox sent elsewhere after a refusal, a placement dropped with its node. */
+  readonly notice?: (message: string) => void;
+  /** How many times a refused sandbox is placed again. @default 3 */
+  readonly maxRetries?: number;
+  /** How long a node may take to answer a probe before it is unhealthy. @default 5000 */
+  readonly agentTimeoutMs?: number;
+  /** How many nodes are asked at once. @default 16 */
+  readonly concurrency?: number;
+  /** How long the healthy nodes read for placing are reused (one array for a burst, see the place hook). @default 10000 */
+  readonly nodesTtlMs?: number;
+}
+
+export interface ClusterProvider extends Provider {
+  /** The etcd client (connected on first use). */
+  etcd(): Promise<Etcd3>;
+}
+
+export function createClusterProvider(options: ClusterProviderOptions): ClusterProvider {
+  const keys = clusterKeys(options.prefix ?? DEFAULT_CLUSTER_PREFIX);
+  const timeoutMs = options.agentTimeoutMs ?? 5_000;
+  const concurrency = options.concurrency ?? 16;
+  const nodesTtlMs = options.nodesTtlMs ?? 10_000;
+  let connecting: Promise<Etcd3> | undefined;
+  const etcd = (): Promise<Etcd3> => {
+    connecting ??= connectEtcd(options.etcd);
+    connecting.catch(() => (connecting = undefined));
+    return connecting;
+  };
+
+  // Probes get a timeout; operations (a create, an exec) take as long as they take.
+  const probeClients = new Map<string, AgentClient>();
+  const workClients = new Map<string, AgentClient>();
+  const clientIn = (cache: Map<string, AgentClient>, timeout: number) => (address: string) => {
+    let client = cache.get(address);
+    if (!client) cache.set(address, (client = new AgentClient({ url: `http://${address}`, token: options.token }, { timeoutMs: timeout })));
+    return client;
+  };
+  const probeClient = clientIn(probeClients, timeoutMs);
+  const workClient = clientIn(workClients, 0);
+
+  /** Every registered node, probed (with its sandboxes when asked). */
+  const probeAll = async (listSandboxes: boolean): Promise<ProbedNode[]> => {
+    const registrations = [...(await readRegistrations(await etcd(), keys)).values()];
+    const probed = await mapLimit(registrations, concurrency, (entry) => probeNode(entry, probeClient, { listSandboxes }));
+    // Operations run on a client without the probe's timeout.
+    return probed.map((node) => (node.client && node.info.address ? { ...node, client: workClient(node.info.address) } : node));
+  };
+
+  let healthyCache: { at: number; value: Promise<{ infos: NodeInfo[]; byName: Map<string, ProbedNode> }> } | undefined;
+  const healthyNodes = () => {
+    if (!healthyCache || Date.now() - healthyCache.at > nodesTtlMs) {
+      const value = probeAll(false).then((probed) => {
+        const healthy = probed.filter((node) => node.client);
+        return { infos: healthy.map((node) => node.info), byName: new Map(healthy.map((node) => [node.info.name, node])) };
+      });
+      healthyCache = { at: Date.now(), value };
+      value.catch(() => (healthyCache = undefined));
+    }
+    return healthyCache.value;
+  };
+
+  /** The healthy node a placed sandbox is on; a gone or unhealthy node is an error naming it. */
+  const nodeOf = async (id: string): Promise<{ client: AgentClient; node: string }> => {
+    const placement = await readPlacement(await etcd(), keys, id);
+    if (!placement) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+    const healthy = await healthyNodes();
+    const node = healthy.byName.get(placement.node);
+    if (!node?.client) {
+      const registered = (await readRegistrations(await etcd(), keys)).has(placement.node);
+      const why = registered ? 'is unhealthy' : 'is gone (its lease lapsed)';
+      throw new DsecError('DSEC_AGENT_UNREACHABLE', { address: placement.node, message: `sandbox ${id} is on node ${placement.node}, which ${why}` });
+    }
+    return { client: node.client, node: placement.node };
+  };
+
+  const onAllHealthy = async <T>(work: (client: AgentClient, node: NodeInfo) => Promise<T>): Promise<T[]> => {
+    const healthy = await healthyNodes();
+    return mapLimit(healthy.infos, concurrency, (info) => work(healthy.byName.get(info.name)!.client!, info));
+  };
+
+  /** Batch calls: ids go to their placements' nodes, labels to every healthy node. */
+  const batch = async (target: SandboxTarget, call: (client: AgentClient, target: SandboxTarget) => Promise<BatchOutcome[]>): Promise<BatchOutcome[]> => {
+    const outcomes: BatchOutcome[] = [];
+    if (target.labels && !target.ids) {
+      for (const found of await onAllHealthy((client) => call(client, target))) outcomes.push(...found);
+      return outcomes;
+    }
+    const byNode = new Map<string, { client: AgentClient; ids: string[] }>();
+    for (const id of target.ids ?? []) {
+      try {
+        const { client, node } = await nodeOf(id);
+        const group = byNode.get(node) ?? { client, ids: [] };
+        group.ids.push(id);
+        byNode.set(node, group);
+      } catch (error) {
+        const { code, message } = error as DsecError;
+        outcomes.push({ id, ok: false, error: { code: code ?? 'DSEC_INTERNAL', message } });
+      }
+    }
+    for (const group of byNode.values()) outcomes.push(...(await call(group.client, { ...target, ids: group.ids })));
+    return outcomes;
+  };
+
+  const firstHealthy = async (): Promise<AgentClient> => {
+    const healthy = await healthyNodes();
+    const first = healthy.infos[0];
+    if (!first) throw new DsecError('DSEC_PLACEMENT_FAILED', { id: '(layer)', reason: 'no healthy node is registered' });
+    return healthy.byName.get(first.name)!.client!;
+  };
+
+  return {
+    name: 'cluster',
+    etcd,
+    async refresh(): Promise<LiveView> {
+      const client = await etcd();
+      const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);
+      const healthy = probed.filter((node) => node.client);
+      const layers = await mapLimit(healthy, concurrency, (node) => node.client!.listLayers());
+      return { nodes: probed.map((node) => node.info), layers: commonLayers(layers), sandboxes: sandboxesOf(probed, placements) };
+    },
+    digestLayer: async (layer: LayerModel): Promise<string> => (await firstHealthy()).digestLayer(layer),
+    // Every healthy node gets the layer, so any of them can run the sandboxes stacked on it.
+    publishLayer: async (layer: LayerModel): Promise<LayerRecord> => {
+      const records = await onAllHealthy((client) => client.publishLayer(layer));
+      if (records.length === 0) throw new DsecError('DSEC_PLACEMENT_FAILED', { id: `(layer ${layer.ref})`, reason: 'no healthy node is registered' });
+      return records[0];
+    },
+    unpublishLayer: async (name: string, version: string): Promise<void> => {
+      await onAllHealthy((client) => client.unpublishLayer(name, version));
+    },
+    createSandbox: async (spec: SandboxSpec): Promise<SandboxInfo> => {
+      const client = await etcd();
+      return createInCluster(spec, {
+        hooks: options.dsec.hooks,
+        maxRetries: options.maxRetries ?? 3,
+        notice: options.notice,
+        healthyNodes,
+        readPlacement: (id) => readPlacement(client, keys, id),
+        writePlacement: (placement: Placement) => writePlacement(client, keys, placement),
+        deletePlacement: (id) => deletePlacement(client, keys, id),
+      });
+    },
+    updateSandbox: async (id: string, change: SandboxUpdate): Promise<SandboxInfo> => (await nodeOf(id)).client.updateSandbox(id, change),
+    pauseSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.pauseSandboxes(part)),
+    resumeSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.resumeSandboxes(part)),
+    nodeUsage: async (): Promise<NodeUsage[]> => onAllHealthy(async (client, node) => ({ ...(await client.nodeUsage()), node: node.name })),
+    async destroySandbox(id: string): Promise<void> {
+      const client = await etcd();
+      const placement = await readPlacement(client, keys, id);
+      if (!placement) {
+        // Never placed through this cluster's etcd (or already destroyed): make sure no node holds it.
+        await onAllHealthy((agent) => agent.destroySandbox(id));
+        return;
+      }
+      const registrations = await readRegistrations(client, keys);
+      if (!registrations.has(placement.node)) {
+        options.notice?.(`sandbox ${id}: its node ${placement.node} is gone (its lease lapsed); the sandbox went with it, its placement is dropped`);
+        await deletePlacement(client, keys, id);
+        return;
+      }
+      const { client: agent } = await nodeOf(id);
+      await agent.destroySandbox(id);
+      await deletePlacement(client, keys, id);
+    },
+    exec: async (id: string, request: ExecRequest): Promise<ExecResult> => (await nodeOf(id)).client.exec(id, request),
+    async listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
+      const client = await etcd();
+      const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);
+      const matches = (sandbox: SandboxInfo) => Object.entries(labels ?? {}).every(([key, value]) => sandbox.labels[key] === value);
+      return sandboxesOf(probed, placements).filter(matches);
+    },
+    nodes: async (): Promise<NodeInfo[]> => (await probeAll(false)).map((node) => node.info),
+    async close(): Promise<void> {
+      for (const client of [...probeClients.values(), ...workClients.values()]) client.close();
+      const client = await connecting?.catch(() => undefined);
+      client?.close();
+      connecting = undefined;
+    },
+  };
+}

@@ -1,0 +1,61 @@
+/**
+ * The cluster's live view from what the nodes answered and what etcd holds.
+ *
+ * A placed sandbox whose node is gone (not registered: its lease lapsed) or
+ * unhealthy is reported `stopped`, on that node, with the reason as its
+ * error and the labels its placement recorded, so the planner sees the
+ * drift and replaces it elsewhere. A sandbox a healthy node lists is taken
+ * as the node says, except a `failed` or `stopped` copy on a node other
+ * than where it is placed (left by a refusal): the placed one is the truth.
+ */
+import type { Placement } from '../../core/cluster/keys.js';
+import type { LayerRecord, SandboxInfo } from '../../core/live.js';
+import type { ProbedNode } from './nodes.js';
+
+const DEFAULT_RESOURCES = { cpu: 0, memoryMiB: 0, pids: 0 };
+
+export function sandboxesOf(probed: readonly ProbedNode[], placements: ReadonlyMap<string, Placement>): SandboxInfo[] {
+  const byName = new Map(probed.map((node) => [node.info.name, node]));
+  const seen = new Set<string>();
+  const sandboxes: SandboxInfo[] = [];
+  for (const node of probed) {
+    for (const sandbox of node.sandboxes ?? []) {
+      const placedOn = placements.get(sandbox.id)?.node;
+      const leftover = placedOn !== undefined && placedOn !== node.info.name && (sandbox.status === 'failed' || sandbox.status === 'stopped');
+      if (leftover || seen.has(sandbox.id)) continue;
+      seen.add(sandbox.id);
+      sandboxes.push(sandbox);
+    }
+  }
+  for (const [id, placement] of placements) {
+    if (seen.has(id)) continue;
+    const node = byName.get(placement.node);
+    // Placed on a healthy node that does not list it: a create that never reached the node. Missing, not stopped.
+    if (node?.client) continue;
+    const why = node ? `node ${placement.node} is unhealthy: ${node.info.healthReason ?? 'no answer'}` : `node ${placement.node} is gone (its lease lapsed)`;
+    sandboxes.push({
+      id,
+      node: placement.node,
+      backend: placement.backend ?? 'unknown',
+      status: 'stopped',
+      labels: placement.labels ?? {},
+      resources: placement.resources ?? DEFAULT_RESOURCES,
+      layers: [],
+      createdAt: placement.at,
+      error: why,
+    });
+  }
+  return sandboxes;
+}
+
+/**
+ * The layers every healthy node holds (same name, version and digest): a
+ * layer missing from one node is planned as a publish, which reaches all.
+ */
+export function commonLayers(perNode: readonly (readonly LayerRecord[])[]): LayerRecord[] {
+  if (perNode.length === 0) return [];
+  const key = (layer: LayerRecord) => `${layer.name}@${layer.version}#${layer.digest}`;
+  const counts = new Map<string, number>();
+  for (const layers of perNode) for (const layer of new Map(layers.map((layer) => [key(layer), layer])).keys()) counts.set(layer, (counts.get(layer) ?? 0) + 1);
+  return perNode[0].filter((layer) => counts.get(key(layer)) === perNode.length);
+}
