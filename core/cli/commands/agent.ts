@@ -17,7 +17,7 @@ import { action, collect } from '../command.js';
 import { printJson } from '../output.js';
 import type { CliContext } from '../context.js';
 import { startClusterAgent } from '../../agent/cluster-daemon.js';
-import { parseLabel } from '../../agent/cluster-flags.js';
+import { parseLabel, parseLeaseTtl } from '../../agent/cluster-flags.js';
 import { agentStatus, startAgentDaemon, stopAgent } from '../../agent/daemon.js';
 
 interface StartFlags {
@@ -130,7 +130,7 @@ async function startRootAgent(root: string, flags: StartFlags): Promise<{ pid: n
     tokenFile: path.resolve(flags.tokenFile),
     ...(flags.advertise ? { advertise: flags.advertise } : {}),
     labels: Object.fromEntries((flags.nodeLabel ?? []).map(parseLabel)),
-    ...(flags.leaseTtl !== undefined ? { leaseTtlSeconds: Number(flags.leaseTtl) } : {}),
+    ...(flags.leaseTtl !== undefined ? { leaseTtlSeconds: parseLeaseTtl(flags.leaseTtl) } : {}),
     ...(flags.prefix ? { prefix: flags.prefix } : {}),
   });
 }
