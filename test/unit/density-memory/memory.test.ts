@@ -63,7 +63,7 @@ describe('the prepare tap', () => {
 });
 
 describe('mergeable sandboxes', () => {
-  it('counts running and paused sandboxes with the trait, without the one leaving', () => {
+  it('counts running and paused sandboxes with the trait, without the ones being destroyed', () => {
     const sandboxes = [
       { ...fakeSandbox('a', undefined), traits: { memoryMerge: true }, status: 'running' },
       { ...fakeSandbox('b', undefined), traits: { memoryMerge: true }, status: 'paused' },
@@ -72,7 +72,7 @@ describe('mergeable sandboxes', () => {
     ] as SandboxContext[];
     const node = { sandboxes: () => sandboxes } as unknown as NodeContext;
     expect(mergeableSandboxes(node).map((s) => s.spec.id)).toEqual(['a', 'b']);
-    expect(mergeableSandboxes(node, 'a').map((s) => s.spec.id)).toEqual(['b']);
+    expect(mergeableSandboxes(node, new Set([sandboxes[0]])).map((s) => s.spec.id)).toEqual(['b']);
   });
 });
 
