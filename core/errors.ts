@@ -59,6 +59,7 @@ export const ERRORS = Object.freeze({
   DSEC_AGENT_BAD_ANSWER: 'the node agent at {address} gave an answer that is not valid: {message}',
   DSEC_ETCD_UNREACHABLE: 'etcd is not reachable at {endpoints}: {message}',
   DSEC_PLACEMENT_FAILED: 'no node can take sandbox {id}: {reason}',
+  DSEC_PROVIDER_UNSUPPORTED: '{operation} is not available with the {provider} provider: {reason}',
   DSEC_AGENT_START: 'the node agent did not start: {message}',
   DSEC_AGENT_REQUEST: 'the node agent refused the request: {message}',
   DSEC_SANDBOX_NOT_FOUND: 'no sandbox {id}',

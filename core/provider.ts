@@ -1,7 +1,7 @@
 /**
  * A provider is how the engine reaches the live cluster. `local` talks to one
- * node agent on this machine (starting it on first use); `cluster` will talk to
- * many through etcd. The engine only ever sees this interface.
+ * node agent on this machine (starting it on first use); `cluster` talks to
+ * many, found through etcd. The engine only ever sees this interface.
  */
 import type {
   BatchOutcome,
@@ -39,6 +39,14 @@ export interface Provider {
   pauseSandboxes(target: SandboxTarget): Promise<BatchOutcome[]>;
   /** Thaw each targeted paused sandbox; one outcome per sandbox. */
   resumeSandboxes(target: SandboxTarget): Promise<BatchOutcome[]>;
+  /**
+   * Hold a sandbox for `holder` (a job): while the claim lasts its fleet's ttl
+   * does not reap it; with `ttlSeconds` the claim itself ends then.
+   * DSEC_SANDBOX_CLAIMED when another holder has it.
+   */
+  claimSandbox(id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo>;
+  /** End a sandbox's claim; a no-op when it has none. */
+  releaseSandbox(id: string): Promise<SandboxInfo>;
   /** Each node's usage report (`dsec nodes`). */
   nodeUsage(): Promise<NodeUsage[]>;
   /** Stop and remove a sandbox and everything it left on its node. Idempotent. */

@@ -275,7 +275,8 @@ function parseAgentUrl(text: string): URL {
 
 const RESOURCE_FIELDS = ['cpu', 'memoryMiB', 'pids'];
 
-function asSandboxUpdate(change: SandboxUpdate | Partial<Resources>): SandboxUpdate {
+/** A bare `Partial<Resources>` (the pre-SandboxUpdate form) as `{resources}`; a SandboxUpdate as it is. */
+export function asSandboxUpdate(change: SandboxUpdate | Partial<Resources>): SandboxUpdate {
   const keys = Object.keys(change);
   const legacy = keys.length > 0 && keys.every((key) => RESOURCE_FIELDS.includes(key));
   return legacy ? { resources: change as Resources } : (change as SandboxUpdate);

@@ -4,20 +4,18 @@
  * the provider and the state store. Commands ask for the parts they use, so
  * `dsec synth` never starts an agent and `dsec state list` never loads plugins.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { findConfigFile, loadConfig, type LoadedConfig } from '../config/index.js';
-import { invalid as invalidConfig } from '../config/load.js';
-import { Dsec, type DsecPlugin } from '../dsec.js';
-import { DsecError, isDsecError, type Diagnostic, type SourceLocation } from '../errors.js';
+import { findConfigFile } from '../config/index.js';
+import { DsecError } from '../errors.js';
 import type { Logger } from '../hooks.js';
-import type { ConfigModel } from '../model.js';
-import { DEFAULT_AGENT_PLUGINS, DEFAULT_ENGINE_PLUGINS, loadPlugin, mergePluginRefs } from '../plugins.js';
+import { createProjectProvider, isLocalProvider, loadProject, projectStateDir, type LoadedProject } from '../project.js';
 import type { Provider } from '../provider.js';
 import { LocalStateStore, type StateStore } from '../state/index.js';
 import type { AgentClient } from '../agent/client.js';
-import { createLocalProvider, type LocalProvider } from '../../providers/local/index.js';
-import { createClusterProvider } from '../../providers/cluster/index.js';
+
+// Shared with the SDK (core/project.ts); re-exported for callers that know them from here.
+export { readClusterToken, type LoadedProject } from '../project.js';
 
 export interface GlobalOptions {
   /** `-C DIR`: run as if started in DIR. */
@@ -26,14 +24,6 @@ export interface GlobalOptions {
   file?: string;
   color: boolean;
   verbose?: boolean;
-}
-
-export interface LoadedProject {
-  readonly config: ConfigModel;
-  readonly warnings: readonly Diagnostic[];
-  readonly dsec: Dsec;
-  /** Where a document path is in the config file. */
-  readonly locate: (path: string) => SourceLocation;
 }
 
 export class CliContext {
@@ -63,21 +53,7 @@ export class CliContext {
 
   /** Load and validate the config, with its plugins applied to the engine's hooks. */
   load(): Promise<LoadedProject> {
-    this.project ??= (async () => {
-      const file = this.configFile();
-      // Plugins must be applied before validation, since they may add rules;
-      // so the config is loaded once plain (to read `plugins:`), then again
-      // through the hooks. Loading is cheap next to what a plan does. The
-      // engine loads what the node agent will (the built-ins and the
-      // config's), so a backend's validate rules (the container's memory
-      // minimum) and a plugin's bad options are reported by `dsec validate`,
-      // before any agent starts.
-      const first = await loadConfig(file);
-      const dsec = new Dsec({ log: this.log });
-      dsec.use(...(await loadProjectPlugins(first)));
-      const { model, warnings, locate } = await loadConfig(file, { dsec });
-      return { config: model, warnings, dsec, locate };
-    })();
+    this.project ??= loadProject(this.configFile(), { log: this.log });
     return this.project;
   }
 
@@ -87,9 +63,7 @@ export class CliContext {
    * provider's local state file, when the state is not in etcd).
    */
   async stateDir(): Promise<string> {
-    const { config } = await this.load();
-    if (config.provider.type !== 'local') return path.resolve(config.dir, '.dsec');
-    return path.resolve(config.dir, config.provider.stateDir);
+    return projectStateDir((await this.load()).config);
   }
 
   /** The config's state store: the local file (default), or etcd (`state: { backend: etcd }`). */
@@ -106,26 +80,9 @@ export class CliContext {
 
   async connect(options: { autoStart?: boolean } = {}): Promise<Provider> {
     if (this.provider) return this.provider;
-    const { config, dsec, locate } = await this.load();
+    const project = await this.load();
     const notice = (message: string) => process.stderr.write(`note: ${message}\n`);
-    const provider = config.provider;
-    if (provider.type === 'cluster') {
-      this.provider = createClusterProvider({
-        etcd: provider.etcd,
-        token: readClusterToken(provider.tokenFile, locate),
-        prefix: provider.prefix,
-        dsec,
-        notice,
-      });
-      return this.provider;
-    }
-    this.provider = createLocalProvider({
-      stateDir: await this.stateDir(),
-      baseDir: config.dir,
-      plugins: config.plugins,
-      autoStart: options.autoStart ?? true,
-      notice,
-    });
+    this.provider = createProjectProvider(project, { autoStart: options.autoStart ?? true, notice });
     return this.provider;
   }
 
@@ -135,11 +92,10 @@ export class CliContext {
    * `autoStart: false`, then an agent that is not running is DSEC_AGENT_UNREACHABLE.
    */
   async agent(options: { autoStart?: boolean } = {}): Promise<AgentClient> {
-    const connected = await this.connect(options);
-    if (connected.name !== 'local') {
-      throw new DsecError('DSEC_USAGE', { message: `this command talks to the project's local node agent; the config uses the ${connected.name} provider` });
+    const provider = await this.connect(options);
+    if (!isLocalProvider(provider)) {
+      throw new DsecError('DSEC_USAGE', { message: `this command talks to the project's local node agent; the config uses the ${provider.name} provider` });
     }
-    const provider = connected as LocalProvider;
     await provider.ensureAgent();
     return provider.client;
   }
@@ -148,51 +104,4 @@ export class CliContext {
     await this.provider?.close();
     for (const close of this.closers.splice(0)) close();
   }
-}
-
-/** Node agents want at least this many characters of token (as `dsec agent start --token-file` checks). */
-const MIN_TOKEN_LENGTH = 16;
-
-/**
- * The cluster's shared agent token, from `provider.cluster.tokenFile`. A file
- * that cannot be read or holds too short a token is a config error located
- * at that field.
- */
-export function readClusterToken(file: string, locate: (path: string) => SourceLocation): string {
-  let problem: string | undefined;
-  let token = '';
-  try {
-    token = readFileSync(file, 'utf8').trim();
-    if (token.length < MIN_TOKEN_LENGTH) {
-      problem = `the token in ${file} has ${token.length} character(s); the agents need at least ${MIN_TOKEN_LENGTH} (the same file as their --token-file)`;
-    }
-  } catch (error) {
-    problem = `cannot read the token file ${file} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); it holds the token the node agents were started with (--token-file)`;
-  }
-  if (problem === undefined) return token;
-  const at = '/provider/cluster/tokenFile';
-  throw invalidConfig([{ code: 'DSEC_CONFIG_INVALID_VALUE', severity: 'error', message: problem, path: at, location: locate(at) }]);
-}
-
-/**
- * The agent's default plugins with the config's on top, loaded. A config
- * plugin that cannot be loaded, or refuses its options, is reported as a
- * config error located at its entry (`plugins[i].name` / `.options`), like
- * any other bad field.
- */
-async function loadProjectPlugins(loaded: LoadedConfig): Promise<DsecPlugin[]> {
-  const { model } = loaded;
-  const plugins: DsecPlugin[] = [];
-  // The engine's own defaults (placement) beside the agent's: the cluster provider asks them.
-  for (const ref of mergePluginRefs([...DEFAULT_AGENT_PLUGINS, ...DEFAULT_ENGINE_PLUGINS], model.plugins)) {
-    try {
-      plugins.push(await loadPlugin(ref, model.dir));
-    } catch (error) {
-      const index = model.plugins.indexOf(ref);
-      if (index < 0 || !(isDsecError(error, 'DSEC_PLUGIN_OPTIONS') || isDsecError(error, 'DSEC_PLUGIN_LOAD'))) throw error;
-      const at = `/plugins/${index}/${error.code === 'DSEC_PLUGIN_OPTIONS' ? 'options' : 'name'}`;
-      throw invalidConfig([{ code: error.code, severity: 'error', message: error.message, path: at, location: loaded.locate(at) }]);
-    }
-  }
-  return plugins;
 }

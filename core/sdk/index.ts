@@ -1,12 +1,15 @@
 /**
- * The SDK: a typed client for the sandboxes of a project's local agent, for
- * programs (RL harnesses, evaluators) that claim and drive sandboxes
- * directly rather than through `dsec apply`.
+ * The SDK: a typed client for a project's sandboxes, for programs (RL
+ * harnesses, evaluators) that claim and drive sandboxes directly rather than
+ * through `dsec apply`. It goes where the project's config says: its own
+ * node agent (`provider: local`, the default; started on first use), or the
+ * agents of a cluster found through etcd (`provider: { cluster: ... }`),
+ * the same way the CLI does.
  *
  *   const dsec = await connect({ dir: '/path/to/project' });
  *   const box = await dsec.create({ backend: 'container', layers: [base] });
  *   const { stdout } = await dsec.exec(box.id, 'python -V');
- *   await dsec.snapshot(box.id, { as: 'solved@1.0.0', exclude: ['/root/.token'] });
+ *   await dsec.snapshot(box.id, { as: 'solved@1.0.0', exclude: ['/root/.token'] });   // local only
  *   await dsec.pause({ labels: { job: 'rollout-17' } });   // trainer preempted
  *   await dsec.resume({ labels: { job: 'rollout-17' } });
  *   await dsec.destroy(box.id);
@@ -14,7 +17,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { AgentClient, type SnapshotRequestBody } from '../agent/client.js';
+import { asSandboxUpdate, type AgentClient, type SnapshotRequestBody } from '../agent/client.js';
+import { findConfigFile } from '../config/index.js';
+import { DsecError, isDsecError } from '../errors.js';
 import type {
   BatchOutcome,
   DensitySettings,
@@ -31,19 +36,25 @@ import type {
   SandboxUpdate,
 } from '../live.js';
 import type { LayerModel, PluginRef, Resources } from '../model.js';
+import { createProjectProvider, isLocalProvider, loadProject, type ProjectProvider } from '../project.js';
+import type { Provider } from '../provider.js';
 import { createLocalProvider } from '../../providers/local/index.js';
 
 export interface ConnectOptions {
-  /** The project folder (where dsec.yaml is). @default process.cwd() */
+  /** The project folder (where dsec.yaml or dsec.ts is; without one, the local provider's defaults). @default process.cwd() */
   readonly dir?: string;
-  /** The project's state folder; its agent lives in `<stateDir>/agent`. @default `<dir>/.dsec` */
+  /** The config file, relative to `dir`, instead of looking for dsec.ts / dsec.yaml. */
+  readonly file?: string;
+  /** Local provider: the project's state folder; its agent lives in `<stateDir>/agent`. @default the config's, else `<dir>/.dsec` */
   readonly stateDir?: string;
-  /** Talk to the agent on this socket instead (never started by the SDK). */
+  /** Talk to the agent on this socket instead (never started by the SDK; the config is not read). */
   readonly socket?: string;
-  /** Start the project's agent when it is not running. @default true */
+  /** Local provider: start the project's agent when it is not running. @default true */
   readonly autoStart?: boolean;
-  /** Plugins an agent started by the SDK loads on top of the built-ins. */
+  /** Local provider: plugins an agent started by the SDK loads on top of the built-ins. @default the config's */
   readonly plugins?: readonly PluginRef[];
+  /** Told what the provider did that was not asked for (an agent restarted, a sandbox placed elsewhere after a refusal). */
+  readonly notice?: (message: string) => void;
 }
 
 /** What `create` takes: a SandboxSpec with everything but backend and layers optional. */
@@ -109,42 +120,59 @@ export function execRequest(command: string | readonly string[] | ExecRequest): 
   return command as ExecRequest;
 }
 
-export class DsecClient {
-  constructor(
-    private readonly client: AgentClient,
-    /** Makes sure an agent answers before each call (starting it if allowed). */
-    private readonly ready: () => Promise<void>,
-  ) {}
 
-  /** The agent's socket. */
-  get socket(): string {
-    return this.client.socketPath;
+/**
+ * A project's sandboxes through its provider. Everything the Provider
+ * interface has a word for works on both providers; what talks to one node
+ * agent directly (`node`, `snapshot`) is local-only and, on a cluster,
+ * throws DSEC_PROVIDER_UNSUPPORTED naming the operation and the provider.
+ */
+export class DsecClient {
+  constructor(private readonly provider: Provider) {}
+
+  /** `local` or `cluster`: where the project's config says its sandboxes are. */
+  get providerName(): string {
+    return this.provider.name;
   }
 
+  /** The local agent's socket; undefined on a cluster (its agents are reached over TCP). */
+  get socket(): string | undefined {
+    return isLocalProvider(this.provider) ? this.provider.client.socketPath : undefined;
+  }
+
+  /** The local agent's node. On a cluster use `listNodes()`. */
   async node(): Promise<NodeInfo> {
-    await this.ready();
-    return this.client.node();
+    return (await this.agent('node()', 'a cluster has many nodes; use listNodes()')).node();
+  }
+
+  /** Every node: the local agent's, or each registered cluster node with its address and health (unhealthy ones with the reason). */
+  async listNodes(): Promise<NodeInfo[]> {
+    return this.provider.nodes();
   }
 
   async list(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
-    await this.ready();
-    return this.client.listSandboxes(labels);
+    return this.provider.listSandboxes(labels);
   }
 
+  /** One sandbox; DSEC_SANDBOX_NOT_FOUND when no node has it. */
   async get(id: string): Promise<SandboxInfo> {
-    await this.ready();
-    return this.client.getSandbox(id);
+    if (isLocalProvider(this.provider)) {
+      await this.provider.ensureAgent();
+      return this.provider.client.getSandbox(id);
+    }
+    // The cluster's view of it: as its node reports it, or `stopped` with the reason when its node is gone.
+    const found = (await this.provider.listSandboxes()).find((sandbox) => sandbox.id === id);
+    if (!found) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+    return found;
   }
 
-  /** Create and start a sandbox; resolves once it runs. Idempotent on `id`. */
+  /** Create and start a sandbox (on a cluster: placed through the `place` hook); resolves once it runs. Idempotent on `id`. */
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
-    await this.ready();
-    return this.client.createSandbox(sandboxSpec(input));
+    return this.provider.createSandbox(sandboxSpec(input));
   }
 
   async exec(id: string, command: string | readonly string[] | ExecRequest, options: Omit<ExecRequest, 'cmd'> = {}): Promise<ExecResult> {
-    await this.ready();
-    return this.client.exec(id, { ...execRequest(command), ...options });
+    return this.provider.exec(id, { ...execRequest(command), ...options });
   }
 
   /**
@@ -153,8 +181,7 @@ export class DsecClient {
    * lifetime limits; density.memorySharing cannot change on a live sandbox.
    */
   async update(id: string, change: SandboxUpdate | Partial<Resources>): Promise<SandboxInfo> {
-    await this.ready();
-    return this.client.updateSandbox(id, change);
+    return this.provider.updateSandbox(id, asSandboxUpdate(change));
   }
 
   /**
@@ -165,14 +192,12 @@ export class DsecClient {
    * exec runs in it); throws only when the agent cannot be asked at all.
    */
   async pause(selector: SandboxSelector): Promise<BatchOutcome[]> {
-    await this.ready();
-    return this.client.pauseSandboxes(sandboxTarget(selector));
+    return this.provider.pauseSandboxes(sandboxTarget(selector));
   }
 
   /** Thaw paused sandboxes (their memory prefetched), selected as for `pause`; one outcome per sandbox. */
   async resume(selector: SandboxSelector): Promise<BatchOutcome[]> {
-    await this.ready();
-    return this.client.resumeSandboxes(sandboxTarget(selector));
+    return this.provider.resumeSandboxes(sandboxTarget(selector));
   }
 
   /**
@@ -182,72 +207,108 @@ export class DsecClient {
    * DSEC_SANDBOX_CLAIMED when another holder has it.
    */
   async claim(id: string, holder: string, options: { ttlSeconds?: number } = {}): Promise<SandboxInfo> {
-    await this.ready();
-    return this.client.claimSandbox(id, holder, options.ttlSeconds);
+    return this.provider.claimSandbox(id, holder, options.ttlSeconds);
   }
 
   /** End a sandbox's claim: its fleet's ttl applies again. A no-op when it has none. */
   async release(id: string): Promise<SandboxInfo> {
-    await this.ready();
-    return this.client.releaseSandbox(id);
+    return this.provider.releaseSandbox(id);
   }
 
   /**
    * Each node's usage: sandboxes by backend and state, requested vs allocatable
    * vs used CPU and memory, shared and reclaimed memory, swap, QoS (`dsec nodes`).
+   * On a cluster, one report per healthy node.
    */
   async nodes(): Promise<NodeUsage[]> {
-    await this.ready();
-    return [await this.client.nodeUsage()];
+    return this.provider.nodeUsage();
   }
 
   /** Stop and remove a sandbox. Idempotent. */
   async destroy(id: string): Promise<void> {
-    await this.ready();
-    await this.client.destroySandbox(id);
+    await this.provider.destroySandbox(id);
   }
 
   /**
    * Turn a sandbox's writable layer into a published layer `as` (name@version,
    * immutable like every layer), usable at once by an environment that
    * declares it `published: {}`. `exclude`: absolute paths inside the sandbox
-   * (secrets, build residue) that must not be in the layer.
+   * (secrets, build residue) that must not be in the layer. Local only: on a
+   * cluster the layer would exist on one node alone.
    */
   async snapshot(id: string, options: SnapshotOptions): Promise<LayerRecord> {
-    await this.ready();
-    return this.client.snapshotSandbox(id, options);
+    const reason = 'the layer would be published on the sandbox\'s node alone, and sandboxes stacked on it could not be placed elsewhere';
+    return (await this.agent('snapshot', reason)).snapshotSandbox(id, options);
   }
 
+  /** The published layers (on a cluster: those every healthy node holds). */
   async layers(): Promise<LayerRecord[]> {
-    await this.ready();
-    return this.client.listLayers();
+    if (isLocalProvider(this.provider)) {
+      await this.provider.ensureAgent();
+      return this.provider.client.listLayers();
+    }
+    return [...(await this.provider.refresh()).layers];
   }
 
+  /** Publish a layer (on a cluster: on every healthy node). */
   async publishLayer(layer: LayerModel): Promise<LayerRecord> {
-    await this.ready();
-    return this.client.publishLayer(layer);
+    return this.provider.publishLayer(layer);
   }
 
-  /** Close connections. The agent and its sandboxes keep running. */
+  /** Close connections. The agents and their sandboxes keep running. */
   async close(): Promise<void> {
-    this.client.close();
+    await this.provider.close();
+  }
+
+  /** The local agent, for what only it can do; on another provider DSEC_PROVIDER_UNSUPPORTED saying why. */
+  private async agent(operation: string, reason: string): Promise<AgentClient> {
+    if (!isLocalProvider(this.provider)) throw new DsecError('DSEC_PROVIDER_UNSUPPORTED', { operation, provider: this.provider.name, reason });
+    await this.provider.ensureAgent();
+    return this.provider.client;
   }
 }
 
-/** Connect to a project's local agent (starting it unless told not to). Throws DSEC_AGENT_UNREACHABLE when none answers. */
+/**
+ * Connect to a project's sandboxes where its config says they are, and make
+ * sure they can be reached: the local agent answers (started unless
+ * `autoStart: false`; else DSEC_AGENT_UNREACHABLE), or etcd answers
+ * (DSEC_ETCD_UNREACHABLE naming the endpoints). A bad config is
+ * DSEC_CONFIG_INVALID, as in the CLI.
+ */
 export async function connect(options: ConnectOptions = {}): Promise<DsecClient> {
-  if (options.socket) {
-    const client = new AgentClient(path.resolve(options.socket));
-    await client.health({ timeoutMs: 5_000 }).catch((error: unknown) => {
-      client.close();
-      throw error;
-    });
-    return new DsecClient(client, async () => {});
+  const provider = await openProvider(options);
+  try {
+    // Up front, so a provider that cannot be reached is reported by connect itself.
+    if (isLocalProvider(provider)) await provider.ensureAgent();
+    else await provider.etcd();
+  } catch (error) {
+    await provider.close().catch(() => undefined);
+    throw error;
   }
+  return new DsecClient(provider);
+}
+
+async function openProvider(options: ConnectOptions): Promise<ProjectProvider> {
   const dir = path.resolve(options.dir ?? process.cwd());
-  const stateDir = path.resolve(dir, options.stateDir ?? '.dsec');
-  const provider = createLocalProvider({ stateDir, baseDir: dir, plugins: options.plugins, autoStart: options.autoStart });
-  // Up front, so an agent that cannot be reached or started is reported by connect itself.
-  await provider.ensureAgent();
-  return new DsecClient(provider.client, () => provider.ensureAgent());
+  const stateDir = options.stateDir === undefined ? undefined : path.resolve(dir, options.stateDir);
+  if (options.socket) {
+    return createLocalProvider({ stateDir: stateDir ?? path.join(dir, '.dsec'), baseDir: dir, socket: path.resolve(options.socket) });
+  }
+  const file = options.file ? path.resolve(dir, options.file) : configFileIn(dir);
+  if (file === undefined) {
+    // No config: the project's own agent, as the local provider's defaults have it.
+    return createLocalProvider({ stateDir: stateDir ?? path.join(dir, '.dsec'), baseDir: dir, plugins: options.plugins, autoStart: options.autoStart, notice: options.notice });
+  }
+  const project = await loadProject(file);
+  return createProjectProvider(project, { stateDir, plugins: options.plugins, autoStart: options.autoStart, notice: options.notice });
+}
+
+/** The folder's config file, or undefined when it has none (two of them is still an error). */
+function configFileIn(dir: string): string | undefined {
+  try {
+    return findConfigFile(dir);
+  } catch (error) {
+    if (isDsecError(error, 'DSEC_CONFIG_NOT_FOUND')) return undefined;
+    throw error;
+  }
 }

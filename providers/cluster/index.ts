@@ -191,6 +191,9 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     updateSandbox: async (id: string, change: SandboxUpdate): Promise<SandboxInfo> => (await nodeOf(id)).client.updateSandbox(id, change),
     pauseSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.pauseSandboxes(part)),
     resumeSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.resumeSandboxes(part)),
+    claimSandbox: async (id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo> =>
+      (await nodeOf(id)).client.claimSandbox(id, holder, ttlSeconds),
+    releaseSandbox: async (id: string): Promise<SandboxInfo> => (await nodeOf(id)).client.releaseSandbox(id),
     nodeUsage: async (): Promise<NodeUsage[]> => onAllHealthy(async (client, node) => ({ ...(await client.nodeUsage()), node: node.name })),
     async destroySandbox(id: string): Promise<void> {
       const client = await etcd();

@@ -34,6 +34,8 @@ export interface LocalProviderOptions {
   readonly plugins?: readonly PluginRef[];
   /** Start the agent when it is not running. @default true */
   readonly autoStart?: boolean;
+  /** Talk to the agent on this socket instead of `<stateDir>/agent`'s; such an agent is never started or restarted. */
+  readonly socket?: string;
   /** Load the built-in plugins in an agent this provider starts. @default true */
   readonly builtins?: boolean;
   /** Told when the provider does something the user did not ask for (restarting the agent). */
@@ -55,7 +57,8 @@ export interface LocalProvider extends Provider {
 
 export function createLocalProvider(options: LocalProviderOptions): LocalProvider {
   const root = agentRootOf(options.stateDir);
-  const client = new AgentClient(agentPaths(root).socket);
+  const client = new AgentClient(options.socket ?? agentPaths(root).socket);
+  const autoStart = options.socket === undefined && options.autoStart !== false;
   let ready: Promise<void> | undefined;
 
   /** Make sure an agent answers; start one (once, however many calls race here) if allowed. */
@@ -66,7 +69,7 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
       try {
         health = await client.health({ timeoutMs: 5_000 });
       } catch (error) {
-        if (!isUnreachable(error) || options.autoStart === false) throw error;
+        if (!isUnreachable(error) || !autoStart) throw error;
         await start();
         return;
       }
@@ -74,7 +77,7 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
       // the ones it was started with: restart it (its sandboxes keep running
       // and are re-adopted) when they changed.
       const wanted = pluginsFingerprint(agentPluginRefs(options.plugins ?? [], options.builtins ?? true), options.baseDir);
-      if (options.autoStart !== false && health.plugins !== wanted) {
+      if (autoStart && health.plugins !== wanted) {
         options.notice?.(`restarting the node agent (pid ${health.pid}): the config's plugins or their options changed; sandboxes keep running`);
         client.close();
         await stopAgent(root);
@@ -95,7 +98,7 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
     try {
       return await work();
     } catch (error) {
-      if (!neverDelivered(error) || options.autoStart === false) throw error;
+      if (!neverDelivered(error) || !autoStart) throw error;
       ready = undefined;
       await ensureAgent();
       return work();
@@ -121,6 +124,8 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
     pauseSandboxes: (target: SandboxTarget): Promise<BatchOutcome[]> => call(() => client.pauseSandboxes(target)),
     resumeSandboxes: (target: SandboxTarget): Promise<BatchOutcome[]> => call(() => client.resumeSandboxes(target)),
     // One node: its report alone.
+    claimSandbox: (id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo> => call(() => client.claimSandbox(id, holder, ttlSeconds)),
+    releaseSandbox: (id: string): Promise<SandboxInfo> => call(() => client.releaseSandbox(id)),
     nodeUsage: async (): Promise<NodeUsage[]> => [await call(() => client.nodeUsage())],
     destroySandbox: async (id: string): Promise<void> => {
       await call(() => client.destroySandbox(id));

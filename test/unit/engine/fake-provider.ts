@@ -175,6 +175,15 @@ export class FakeProvider implements Provider {
     return this.batch(target, 'running');
   }
 
+  /** The engine never claims; here only so the fake is a whole Provider. */
+  async claimSandbox(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'claim' });
+  }
+
+  async releaseSandbox(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'release' });
+  }
+
   async nodeUsage(): Promise<NodeUsage[]> {
     return [];
   }
