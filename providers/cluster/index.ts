@@ -94,17 +94,36 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     return probed.map((node) => (node.client && node.info.address ? { ...node, client: workClient(node.info.address) } : node));
   };
 
-  let healthyCache: { at: number; value: Promise<{ infos: NodeInfo[]; byName: Map<string, ProbedNode> }> } | undefined;
-  const healthyNodes = () => {
-    if (!healthyCache || Date.now() - healthyCache.at > nodesTtlMs) {
-      const value = probeAll(false).then((probed) => {
-        const healthy = probed.filter((node) => node.client);
-        return { infos: healthy.map((node) => node.info), byName: new Map(healthy.map((node) => [node.info.name, node])) };
-      });
-      healthyCache = { at: Date.now(), value };
-      value.catch(() => (healthyCache = undefined));
+  /**
+   * The latest probe, reused: by `healthyNodes` for `nodesTtlMs` (one array
+   * for a burst, see the place hook), and by `nodes()` for a moment after it
+   * finished, so one command probes each node once. A node that never
+   * answers costs the whole probe timeout, so probing it twice in a row
+   * (refresh, then placing; usage, then health) doubled every command's wait.
+   */
+  let lastProbe: { at: number; finishedAt?: number; value: Promise<ProbedNode[]> } | undefined;
+  const remember = (value: Promise<ProbedNode[]>): Promise<ProbedNode[]> => {
+    const entry: { at: number; finishedAt?: number; value: Promise<ProbedNode[]> } = { at: Date.now(), value };
+    lastProbe = entry;
+    value.then(
+      () => (entry.finishedAt = Date.now()),
+      () => lastProbe === entry && (lastProbe = undefined),
+    );
+    return value;
+  };
+  const probeReused = (fresh: (probe: NonNullable<typeof lastProbe>) => boolean): Promise<ProbedNode[]> =>
+    lastProbe && fresh(lastProbe) ? lastProbe.value : remember(probeAll(false));
+  // One healthy array per probe: the place hook counts its own placements per array.
+  const healthyOf = new WeakMap<ProbedNode[], { infos: NodeInfo[]; byName: Map<string, ProbedNode> }>();
+  const healthyNodes = async () => {
+    const probed = await probeReused((probe) => Date.now() - probe.at <= nodesTtlMs);
+    let healthy = healthyOf.get(probed);
+    if (!healthy) {
+      const nodes = probed.filter((node) => node.client);
+      healthy = { infos: nodes.map((node) => node.info), byName: new Map(nodes.map((node) => [node.info.name, node])) };
+      healthyOf.set(probed, healthy);
     }
-    return healthyCache.value;
+    return healthy;
   };
 
   /** The healthy node a placed sandbox is on; a gone or unhealthy node is an error naming it. */
@@ -161,7 +180,7 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     etcd,
     async refresh(): Promise<LiveView> {
       const client = await etcd();
-      const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);
+      const [probed, placements] = await Promise.all([remember(probeAll(true)), readPlacements(client, keys)]);
       const healthy = probed.filter((node) => node.client);
       const layers = await mapLimit(healthy, concurrency, (node) => node.client!.listLayers());
       return { nodes: probed.map((node) => node.info), layers: commonLayers(layers), sandboxes: sandboxesOf(probed, placements) };
@@ -220,7 +239,9 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
       const matches = (sandbox: SandboxInfo) => Object.entries(labels ?? {}).every(([key, value]) => sandbox.labels[key] === value);
       return sandboxesOf(probed, placements).filter(matches);
     },
-    nodes: async (): Promise<NodeInfo[]> => (await probeAll(false)).map((node) => node.info),
+    // Health is asked fresh, but a probe that finished within the last second is fresh.
+    nodes: async (): Promise<NodeInfo[]> =>
+      (await probeReused((probe) => probe.finishedAt !== undefined && Date.now() - probe.finishedAt <= 1_000)).map((node) => node.info),
     async close(): Promise<void> {
       for (const client of [...probeClients.values(), ...workClients.values()]) client.close();
       const client = await connecting?.catch(() => undefined);
