@@ -1,8 +1,9 @@
 /**
  * The cluster's live view from what the nodes answered and what etcd holds.
  *
- * A placed sandbox whose node is gone (not registered: its lease lapsed) or
- * unhealthy is reported `stopped`, on that node, with the reason as its
+ * A placed sandbox whose node is gone (not registered: its lease lapsed),
+ * unhealthy, or healthy but without it (a create that never reached it) is
+ * reported `stopped`, on that node, with the reason as its
  * error and the labels its placement recorded, so the planner sees the
  * drift and replaces it elsewhere. A sandbox a healthy node lists is taken
  * as the node says, except a `failed` or `stopped` copy on a node other
@@ -30,9 +31,15 @@ export function sandboxesOf(probed: readonly ProbedNode[], placements: ReadonlyM
   for (const [id, placement] of placements) {
     if (seen.has(id)) continue;
     const node = byName.get(placement.node);
-    // Placed on a healthy node that does not list it: a create that never reached the node. Missing, not stopped.
-    if (node?.client) continue;
-    const why = node ? `node ${placement.node} is unhealthy: ${node.info.healthReason ?? 'no answer'}` : `node ${placement.node} is gone (its lease lapsed)`;
+    // Placed on a healthy node that does not list it: a create that never reached the node (the CLI died
+    // between the placement and the request). Reported stopped, like the others: left out, the planner would
+    // create a new id beside it and nothing would ever delete its placement; stopped, it is replaced or
+    // deleted, and the provider's destroy drops the placement (the node's destroy of an unknown id is a no-op).
+    const why = !node
+      ? `node ${placement.node} is gone (its lease lapsed)`
+      : node.client
+        ? `node ${placement.node} does not have it (its create never reached the node)`
+        : `node ${placement.node} is unhealthy: ${node.info.healthReason ?? 'no answer'}`;
     sandboxes.push({
       id,
       node: placement.node,
