@@ -126,7 +126,7 @@ describe('creating a sandbox in the cluster', () => {
 describe('the cluster live view', () => {
   const placed = (sandbox: string, node: string): Placement => ({ sandbox, node, at: 't0', labels: { 'dsec.io/fleet': 'web' }, backend: 'container', resources: spec.resources });
 
-  it('reports a placed sandbox whose node is gone or unhealthy as stopped with the reason and its recorded labels', () => {
+  it('reports a placed sandbox whose node is gone, unhealthy, or healthy without it as stopped with the reason and its recorded labels', () => {
     const running: SandboxInfo = { id: 's1', node: 'a', backend: 'container', status: 'running', labels: {}, resources: spec.resources, layers: [], createdAt: 't' };
     const healthy: ProbedNode = { info: info('a'), client: {} as AgentClient, sandboxes: [running] };
     const sick: ProbedNode = { info: { ...info('b'), health: 'unhealthy', healthReason: 'no answer within 5000 ms' } };
@@ -141,6 +141,8 @@ describe('the cluster live view', () => {
       ['s1', 'running', ''],
       ['s2', 'stopped', 'node b is unhealthy: no answer within 5000 ms'],
       ['s3', 'stopped', 'node gone is gone (its lease lapsed)'],
+      // A create that never reached its node: drift, so apply deletes its placement.
+      ['s4', 'stopped', 'node a does not have it (its create never reached the node)'],
     ]);
     expect(view[2].labels).toEqual({ 'dsec.io/fleet': 'web' });
   });
