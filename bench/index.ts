@@ -30,6 +30,7 @@ const KNOWN: readonly Benchmark[] = [
   { name: 'layers-replan', title: 'a toolkit upgrade across 1,000 environments publishes one layer' },
   { name: 'qos', title: 'CPU QoS: a latency-sensitive task next to best-effort load, QoS off vs on' },
   { name: 'placement', title: 'placement: a 32,000-sandbox burst over 160 nodes, decisions/s and max/mean load' },
+  { name: 'cluster-burst', title: 'a fleet of 200 container sandboxes over three cluster agents beside one local agent, sandboxes/s' },
 ];
 
 const here = path.dirname(fileURLToPath(import.meta.url));
