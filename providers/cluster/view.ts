@@ -7,7 +7,9 @@
  * error and the labels its placement recorded, so the planner sees the
  * drift and replaces it elsewhere. A sandbox a healthy node lists is taken
  * as the node says, except a `failed` or `stopped` copy on a node other
- * than where it is placed (left by a refusal): the placed one is the truth.
+ * than where it is placed (left by a refusal): the placed one is the truth;
+ * and one with no placement at all (given up with its node, which came
+ * back) is reported `stopped`, so it is removed.
  */
 import type { Placement } from '../../core/cluster/keys.js';
 import type { LayerRecord, SandboxInfo } from '../../core/live.js';
@@ -25,7 +27,12 @@ export function sandboxesOf(probed: readonly ProbedNode[], placements: ReadonlyM
       const leftover = placedOn !== undefined && placedOn !== node.info.name && (sandbox.status === 'failed' || sandbox.status === 'stopped');
       if (leftover || seen.has(sandbox.id)) continue;
       seen.add(sandbox.id);
-      sandboxes.push(sandbox);
+      // Every sandbox is placed before it is created, so one without a placement was given up: its node's
+      // lease lapsed, the placement was dropped and the sandbox replaced elsewhere, and the node came back
+      // with it (a healed partition). Stopped, so the planner removes it rather than keep a sandbox the
+      // cluster cannot route to (exec and the rest go through the placement).
+      const orphan = placedOn === undefined && sandbox.status !== 'failed' && sandbox.status !== 'stopped';
+      sandboxes.push(orphan ? { ...sandbox, status: 'stopped', error: `node ${node.info.name} runs it but etcd holds no placement for it (given up with its node, and replaced)` } : sandbox);
     }
   }
   for (const [id, placement] of placements) {

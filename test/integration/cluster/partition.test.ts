@@ -5,10 +5,14 @@
  * answer); once the node's lease lapses, a second apply converges: 12
  * running on the two nodes left, each id on one node only, the state and
  * the placements in etcd naming exactly those, and nothing left to plan.
+ * Then the partition heals: node-a's agent comes back with the sandboxes it
+ * ran (already replaced, their placements dropped); the next apply removes
+ * them and keeps the 12, each reachable through its placement.
  *
  * Needs the compiled CLI and agent: run `npm run build` first.
  */
 import { afterEach, expect, it } from 'vitest';
+import { startClusterAgent } from '../../../core/agent/cluster-daemon.js';
 import { CliCluster, fleetYaml, KEYS, runningIn, sleep } from './cli-cluster.js';
 
 let cluster: CliCluster | undefined;
@@ -18,17 +22,17 @@ afterEach(async () => {
   cluster = undefined;
 }, 120_000);
 
-it('converges after an agent is SIGKILLed mid-apply and its lease lapses, with no sandbox created twice', async () => {
+it('converges after an agent is SIGKILLed mid-apply and its lease lapses, with no sandbox created twice, and again when the agent comes back with its old sandboxes', async () => {
   cluster = await CliCluster.start({ nodes: ['node-a', 'node-b', 'node-c'] });
   cluster.writeConfig(fleetYaml('web', 12));
   const etcd = await cluster.client();
 
   const first = cluster.start(['apply', '--auto-approve', '--parallelism', '2']);
   const deadline = Date.now() + 60_000;
-  const placedOn = async () => Object.values(await etcd.getAll().prefix(KEYS.placements).strings()).map((text) => (JSON.parse(text) as { node: string }).node);
-  while (!(await placedOn()).includes('node-a') || (await placedOn()).length < 4) {
+  // Kill node-a once it runs two of them, the apply still going.
+  while (((await cluster.idsByNode())['node-a'] ?? []).length < 2) {
     const early = await Promise.race([first.result, sleep(0)]);
-    if (early || Date.now() > deadline) throw new Error(`nothing placed on node-a in time: ${JSON.stringify(early)}`);
+    if (early || Date.now() > deadline) throw new Error(`node-a got no sandboxes in time: ${JSON.stringify(early)}`);
     await sleep(20);
   }
   await cluster.node('node-a').kill();
@@ -62,4 +66,26 @@ it('converges after an agent is SIGKILLed mid-apply and its lease lapses, with n
 
   const plan = await cluster.dsec(['plan', '--detailed-exitcode']);
   expect(plan.code, plan.stdout + plan.stderr).toBe(0);
+
+  // The partition heals: node-a's agent comes back (same root, name and port) with the sandboxes it ran, already replaced.
+  const nodeA = cluster.node('node-a');
+  const restarted = await startClusterAgent(nodeA.options);
+  nodeA.pid = restarted.pid;
+  // Its containers outlived the agent, which adopts them again.
+  const back = (await cluster.idsByNode())['node-a'] ?? [];
+  const healed = await cluster.dsec(['apply', '--auto-approve']);
+  expect(healed.code, healed.stderr).toBe(0);
+  const final = await runningIn(cluster.provider(), 'web');
+  expect(final).toHaveLength(12);
+  const finalLists = Object.values(await cluster.idsByNode()).flat();
+  expect(new Set(finalLists).size).toBe(finalLists.length);
+  expect(finalLists.sort()).toEqual(final.map((sandbox) => sandbox.id).sort());
+  expect((await etcd.getAll().prefix(KEYS.placements).keys()).map((key) => key.slice(KEYS.placements.length)).sort()).toEqual(final.map((sandbox) => sandbox.id).sort());
+  expect(back.length).toBeGreaterThanOrEqual(1);
+  expect(finalLists.filter((id) => back.includes(id))).toEqual([]);
+  const settled = await cluster.dsec(['plan', '--detailed-exitcode']);
+  expect(settled.code, settled.stdout + settled.stderr).toBe(0);
+  // exec reaches every one of them through its placement.
+  const provider = cluster.provider();
+  for (const sandbox of final) expect((await provider.exec(sandbox.id, { cmd: ['/bin/true'] })).exitCode).toBe(0);
 }, 150_000);

@@ -147,6 +147,14 @@ describe('the cluster live view', () => {
     expect(view[2].labels).toEqual({ 'dsec.io/fleet': 'web' });
   });
 
+  it('reports a sandbox a node runs without any placement (given up with its node, which came back) as stopped', () => {
+    const orphan: SandboxInfo = { id: 's9', node: 'a', backend: 'container', status: 'running', labels: { 'dsec.io/fleet': 'web' }, resources: spec.resources, layers: [], createdAt: 't' };
+    const a: ProbedNode = { info: info('a'), client: {} as AgentClient, sandboxes: [orphan] };
+    expect(sandboxesOf([a], new Map()).map((s) => [s.id, s.status, s.error])).toEqual([
+      ['s9', 'stopped', 'node a runs it but etcd holds no placement for it (given up with its node, and replaced)'],
+    ]);
+  });
+
   it('ignores a failed copy of a sandbox left on a node that refused it', () => {
     const copy = (node: string, status: SandboxInfo['status']): SandboxInfo => ({ id: 's1', node, backend: 'container', status, labels: {}, resources: spec.resources, layers: [], createdAt: 't' });
     const a: ProbedNode = { info: info('a'), client: {} as AgentClient, sandboxes: [copy('a', 'failed')] };
