@@ -81,6 +81,8 @@ it('frees the lock of an apply SIGKILLed half-way when its lease lapses, and the
   const ids = Object.values(await cluster.idsByNode()).flat();
   expect(ids.sort()).toEqual(running.map((sandbox) => sandbox.id).sort());
   expect(new Set(ids).size).toBe(ids.length);
+  // A placement the killed apply wrote for a create it never sent is gone too.
+  expect((await etcd.getAll().prefix(KEYS.placements).keys()).map((key) => key.slice(KEYS.placements.length)).sort()).toEqual(ids);
   const again = await cluster.dsec(['plan', '--detailed-exitcode']);
   expect(again.code, again.stdout + again.stderr).toBe(0);
 }, 120_000);
