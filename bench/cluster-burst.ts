@@ -36,7 +36,7 @@ import { agentRootOf } from '../providers/local/index.js';
 import { type CpuSplit, renderClusterBurst, type BurstRound, type Way, type WayResult } from './lib/cluster-burst-report.js';
 import { type ClusterAgent, startAgents, sweepAgent, writeClusterProject, writeLocalProject, writeToken } from './lib/cluster-project.js';
 import { applyInProcess, FLEET, FLEET_ADDRESS } from './lib/dsec-project.js';
-import { EtcdServer } from './lib/etcd-server.js';
+import { EtcdCluster } from './lib/etcd-cluster.js';
 import { measured } from './lib/measure.js';
 
 export interface ClusterBurstSettings {
@@ -113,7 +113,7 @@ export async function runClusterBurst(settings: ClusterBurstSettings): Promise<b
   const names = Array.from({ length: settings.nodes }, (_, i) => `node-${String.fromCharCode(97 + i)}`);
   const tokenFile = path.join(work, 'token');
   const agents: ClusterAgent[] = [];
-  let etcd: EtcdServer | undefined;
+  let etcd: EtcdCluster | undefined;
   const onSignal = () => {
     if (aborted) process.exit(130);
     aborted = true;
@@ -127,11 +127,12 @@ export async function runClusterBurst(settings: ClusterBurstSettings): Promise<b
     await mkdir(projects.local);
     await mkdir(projects.cluster);
     await writeToken(tokenFile);
-    etcd = await EtcdServer.start(path.join(work, 'etcd'));
-    await startAgents(path.join(work, 'agents'), names, etcd.endpoint, tokenFile, agents);
+    etcd = await EtcdCluster.start({ members: 1 });
+    const endpoint = etcd.endpoints[0];
+    await startAgents(path.join(work, 'agents'), names, endpoint, tokenFile, agents);
     await writeLocalProject(projects.local, settings.count);
-    await writeClusterProject(projects.cluster, settings.count, etcd.endpoint, tokenFile, names);
-    say(`etcd on ${etcd.endpoint}; agents ${agents.map((agent) => `${agent.name} on ${agent.address}`).join(', ')}`);
+    await writeClusterProject(projects.cluster, settings.count, endpoint, tokenFile, names);
+    say(`etcd on ${endpoint}; agents ${agents.map((agent) => `${agent.name} on ${agent.address}`).join(', ')}`);
 
     const holders: Record<Way, number> = { local: 1, cluster: settings.nodes };
     const apply = { destroy: false, parallelism: settings.parallel, expect: settings.count };
@@ -146,7 +147,7 @@ export async function runClusterBurst(settings: ClusterBurstSettings): Promise<b
 
     const localPid = Number.parseInt(readFileSync(agentPaths(agentRootOf(path.join(projects.local, '.dsec'))).pidFile, 'utf8'), 10);
     const pids: Record<Way, (number | undefined)[]> = { local: [localPid], cluster: agents.map((agent) => agent.pid) };
-    const etcdPid: Record<Way, number | undefined> = { local: undefined, cluster: etcd.pid };
+    const etcdPid: Record<Way, number | undefined> = { local: undefined, cluster: etcd.pid(0) };
     const timed = (way: Way, options: typeof apply) => measured(() => split(pids[way], etcdPid[way], () => applyInProcess(projects[way], options)));
     const run = async (way: Way): Promise<WayResult> => {
       const up = await timed(way, apply);
@@ -195,7 +196,7 @@ async function cleanUp(args: {
   work: string;
   projects: Record<Way, string>;
   agents: readonly ClusterAgent[];
-  etcd: EtcdServer | undefined;
+  etcd: EtcdCluster | undefined;
   parallel: number;
 }): Promise<string[]> {
   const { runtime, work, projects, agents, etcd } = args;

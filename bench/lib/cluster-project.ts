@@ -21,7 +21,7 @@ import { removeCgroupDirs } from '../../plugins/backend-container/cgroups.js';
 import { cgroupsPathOf, containerId } from '../../plugins/backend-container/index.js';
 import { type findRuntime, runRuntime } from '../../plugins/backend-container/runtime.js';
 import { FLEET, HOLD_FLEET } from './dsec-project.js';
-import { freePorts } from './etcd-server.js';
+import { freePorts } from './etcd-cluster.js';
 
 export const TOKEN = 'bench-cluster-burst-token-0123456789';
 const RESOURCES = '{ cpu: 0.1, memory: 64Mi, pids: 64 }';
