@@ -7,8 +7,15 @@
  * that dies holding KSM still knows on restart), and when the last mergeable
  * sandbox goes it puts them back. It stops ksmd (run=0) only if it was the
  * one that started it: a node that ran KSM already keeps it running.
+ *
+ * Several agents may run on one machine (one per project, and tests run
+ * many at once), so the holders are also registered machine-wide, under a
+ * lock, in `/run/dsec/ksm/` (tmpfs: gone at boot, like KSM's settings): what
+ * the first holder found is what every holder records, and only the last
+ * holder to let go puts it back. A holder whose agent died is dropped.
  */
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../../core/plugin-api.js';
 import { PLUGIN_NAME, scanRate, type ResolvedMemoryOptions } from './options.js';
@@ -28,6 +35,62 @@ export interface KsmState extends KsmKnobs {
   readonly pagesShared: number;
   /** Further mappings of those pages: the pages KSM saves. */
   readonly pagesSharing: number;
+}
+
+/** The machine-wide registry of holders, for the real sysfs; beside a fake sysfs folder in tests. */
+export function registryDir(dir: string): string {
+  return dir === KSM_SYSFS ? '/run/dsec/ksm' : path.join(dir, '..', 'dsec-ksm-registry');
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Run `work` holding the registry's lock file (O_EXCL; a dead holder's lock is taken over). */
+async function withRegistryLock<T>(registry: string, work: () => Promise<T>): Promise<T> {
+  await mkdir(path.join(registry, 'holders'), { recursive: true });
+  const lock = path.join(registry, 'lock');
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await writeFile(lock, String(process.pid), { flag: 'wx' });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const holder = Number.parseInt(await readFile(lock, 'utf8').catch(() => ''), 10);
+      if (Number.isInteger(holder) && !alive(holder)) await rm(lock, { force: true });
+      else if (attempt > 500) throw new Error(`${lock} is held by pid ${holder} for over 10 s`);
+      else await sleep(20);
+    }
+  }
+  try {
+    return await work();
+  } finally {
+    await rm(lock, { force: true });
+  }
+}
+
+const holderFile = (registry: string, root: string) =>
+  path.join(registry, 'holders', `${createHash('sha256').update(path.resolve(root)).digest('hex').slice(0, 16)}.json`);
+
+/** The other live holders (a dead agent's entry is removed). */
+async function otherHolders(registry: string, root: string): Promise<string[]> {
+  const mine = holderFile(registry, root);
+  const others: string[] = [];
+  for (const name of await readdir(path.join(registry, 'holders')).catch(() => [] as string[])) {
+    const file = path.join(registry, 'holders', name);
+    if (file === mine) continue;
+    const entry = JSON.parse(await readFile(file, 'utf8').catch(() => '{}')) as { root?: string; pid?: number };
+    if (typeof entry.pid === 'number' && alive(entry.pid)) others.push(entry.root ?? name);
+    else await rm(file, { force: true });
+  }
+  return others;
 }
 
 /** What ksm.json holds while dsec has mergeable sandboxes on the node. */
@@ -60,6 +123,14 @@ export async function writeKsm(want: Partial<KsmKnobs>, current: KsmKnobs, dir: 
   for (const key of ['pagesToScan', 'sleepMillisecs', 'run'] as const) {
     const value = want[key];
     if (value !== undefined && value !== current[key]) await writeFile(path.join(dir, FILES[key]), `${value}\n`);
+  }
+}
+
+async function readJson(file: string): Promise<unknown> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8'));
+  } catch {
+    return undefined;
   }
 }
 
@@ -101,14 +172,32 @@ export async function retuneKsm(
   log: Logger,
   dir: string = KSM_SYSFS,
 ): Promise<RetuneOutcome> {
+  const registry = registryDir(dir);
+  return withRegistryLock(registry, () => retuneLocked(root, mergeable, options, log, dir, registry));
+}
+
+async function retuneLocked(
+  root: string,
+  mergeable: number,
+  options: Pick<ResolvedMemoryOptions, 'maxPagesToScan' | 'sleepMillisecs'>,
+  log: Logger,
+  dir: string,
+  registry: string,
+): Promise<RetuneOutcome> {
   let hold = await readHold(root);
   const current = await readKsm(dir);
+  const others = await otherHolders(registry, root);
+  const machineFound = path.join(registry, 'found.json');
   if (mergeable > 0) {
+    await writeFile(holderFile(registry, root), JSON.stringify({ root: path.resolve(root), pid: process.pid }));
     if (!hold) {
-      const found = { run: current.run, pagesToScan: current.pagesToScan, sleepMillisecs: current.sleepMillisecs };
-      hold = { found, startedByDsec: current.run !== 1, since: new Date().toISOString() };
+      // Another agent holding KSM found it before us: what it found is what the machine had.
+      const shared = others.length > 0 ? ((await readJson(machineFound)) as Omit<KsmHold, 'since'> | undefined) : undefined;
+      const found = shared?.found ?? { run: current.run, pagesToScan: current.pagesToScan, sleepMillisecs: current.sleepMillisecs };
+      hold = { found, startedByDsec: shared?.startedByDsec ?? current.run !== 1, since: new Date().toISOString() };
       // Recorded before any knob changes: an agent dying right after still knows what to put back.
       await writeHold(root, hold);
+      if (!shared) await writeFile(machineFound, JSON.stringify({ found, startedByDsec: hold.startedByDsec }));
       if (!hold.startedByDsec) {
         log.info(
           `${PLUGIN_NAME}: KSM was already running on this node (run=1, pages_to_scan ${found.pagesToScan}, sleep_millisecs ${found.sleepMillisecs}); ` +
@@ -116,10 +205,15 @@ export async function retuneKsm(
         );
       }
     }
-    // The node's own settings are a floor: dsec never makes an admin's KSM scan slower.
+    // The node's own settings are a floor: dsec never makes an admin's KSM scan slower; nor
+    // slower than another agent of this machine set it for its own sandboxes.
     const knobs: KsmKnobs = {
       run: 1,
-      pagesToScan: Math.max(scanRate(mergeable, options.maxPagesToScan), hold.startedByDsec ? 0 : hold.found.pagesToScan),
+      pagesToScan: Math.max(
+        scanRate(mergeable, options.maxPagesToScan),
+        hold.startedByDsec ? 0 : hold.found.pagesToScan,
+        others.length > 0 ? current.pagesToScan : 0,
+      ),
       sleepMillisecs: Math.min(options.sleepMillisecs, hold.startedByDsec ? Infinity : hold.found.sleepMillisecs),
     };
     const changed = knobs.run !== current.run || knobs.pagesToScan !== current.pagesToScan || knobs.sleepMillisecs !== current.sleepMillisecs;
@@ -130,6 +224,13 @@ export async function retuneKsm(
     return { action: 'tuned', knobs, changed };
   }
   if (!hold) return { action: 'idle' };
+  await rm(holderFile(registry, root), { force: true });
+  if (others.length > 0) {
+    await rm(holdFile(root), { force: true });
+    log.info(`${PLUGIN_NAME}: no mergeable sandbox left here; KSM stays as it is for ${others.length} other agent(s) of this machine`);
+    return { action: 'released', restored: { run: current.run, pagesToScan: current.pagesToScan, sleepMillisecs: current.sleepMillisecs }, stopped: false };
+  }
+  await rm(machineFound, { force: true });
   // run=0 (not 2): stop scanning but keep what is merged; the pages unmerge as their owners write or exit.
   const restored: KsmKnobs = { ...hold.found, run: hold.startedByDsec ? 0 : current.run };
   await writeKsm(restored, current, dir);

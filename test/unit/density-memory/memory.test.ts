@@ -141,6 +141,22 @@ describe('retuning KSM', () => {
     expect(read('run')).toBe(0);
   });
 
+  it('shares KSM between two agents of one machine: the second records what the first found, and only the last to let go puts it back', async () => {
+    knobs(0, 100, 200);
+    const other = path.join(tmp, 'other-agent');
+    mkdirSync(other);
+    await retuneKsm(root, 2, options, collectingLog(), ksm);
+    await retuneKsm(other, 5, options, collectingLog(), ksm);
+    expect((await readHold(other))?.found).toEqual({ run: 0, pagesToScan: 100, sleepMillisecs: 200 });
+    expect((await readHold(other))?.startedByDsec).toBe(true);
+    const log = collectingLog();
+    expect(await retuneKsm(root, 0, options, log, ksm)).toMatchObject({ action: 'released', stopped: false });
+    expect(log.lines.at(-1)).toContain('1 other agent(s)');
+    expect([read('run'), read('pages_to_scan')]).toEqual([1, 500]);
+    expect(await retuneKsm(other, 0, options, collectingLog(), ksm)).toMatchObject({ action: 'released', stopped: true });
+    expect([read('run'), read('pages_to_scan'), read('sleep_millisecs')]).toEqual([0, 100, 200]);
+  });
+
   it('does nothing when there is no mergeable sandbox and it holds nothing', async () => {
     knobs(1, 100, 20);
     expect(await retuneKsm(root, 0, options, collectingLog(), ksm)).toEqual({ action: 'idle' });
