@@ -26,7 +26,6 @@ import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { agentPaths } from '../core/agent/layout.js';
 import { CliContext } from '../core/cli/context.js';
 import { LABEL_FLEET } from '../core/live.js';
@@ -38,6 +37,7 @@ import { type ClusterAgent, startAgents, sweepAgent, writeClusterProject, writeL
 import { applyInProcess, FLEET, FLEET_ADDRESS } from './lib/dsec-project.js';
 import { EtcdCluster } from './lib/etcd-cluster.js';
 import { measured } from './lib/measure.js';
+import { runWhenMain } from './lib/main.js';
 
 export interface ClusterBurstSettings {
   count: number;
@@ -222,14 +222,4 @@ async function cleanUp(args: {
   return problems;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runClusterBurst(parseClusterBurstArgs(process.argv.slice(2))).then(
-    (ok) => {
-      if (!ok) process.exitCode = 1;
-    },
-    (error: Error) => {
-      process.stderr.write(`cluster-burst: ${error.stack ?? error.message}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+runWhenMain(import.meta.url, 'cluster-burst', (argv) => runClusterBurst(parseClusterBurstArgs(argv)));

@@ -26,7 +26,6 @@
 import { mkdir, mkdtemp, readdir, readFile, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { stopAgent } from '../core/agent/daemon.js';
 import { removeCgroupDirs } from '../plugins/backend-container/cgroups.js';
 import { cgroupsPathOf, containerId } from '../plugins/backend-container/index.js';
@@ -37,6 +36,7 @@ import { BareRuntime, type OciConfigTemplate } from './lib/bare-runc.js';
 import { applyInProcess, applyWithCli, FLEET_ADDRESS, HOLD_FLEET, writeProject } from './lib/dsec-project.js';
 import { renderCreateRate, type Round, type Side, type SideResult } from './lib/create-rate-report.js';
 import { fixed, measured, pool } from './lib/measure.js';
+import { runWhenMain } from './lib/main.js';
 
 export interface CreateRateSettings {
   count: number;
@@ -214,14 +214,4 @@ function report(rounds: readonly Round[], settings: CreateRateSettings): boolean
   return met;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runCreateRate(parseCreateRateArgs(process.argv.slice(2))).then(
-    (met) => {
-      if (!met) process.exitCode = 1;
-    },
-    (error: Error) => {
-      process.stderr.write(`create-rate: ${error.stack ?? error.message}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+runWhenMain(import.meta.url, 'create-rate', (argv) => runCreateRate(parseCreateRateArgs(argv)));

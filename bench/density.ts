@@ -34,13 +34,13 @@
 import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { LayerRef, SandboxSpec } from '../core/live.js';
 import type { LayerModel, PluginRef } from '../core/model.js';
 import { cgroupsPathOf, containerId } from '../plugins/backend-container/index.js';
 import { releaseSwap } from '../plugins/density-reclaim/zram.js';
 import { LayerAgent, refOf } from './lib/layer-agent.js';
 import { fixed, median, pool, table } from './lib/measure.js';
+import { runWhenMain } from './lib/main.js';
 
 export interface DensitySettings {
   count: number;
@@ -357,12 +357,4 @@ async function releaseBenchSwap(root: string): Promise<void> {
   await releaseSwap(root).catch((error: Error) => process.stderr.write(`cleanup: zram: ${error.message}\n`));
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runDensity(parseDensityArgs(process.argv.slice(2))).then(
-    (ok) => process.exit(ok ? 0 : 1),
-    (error: Error) => {
-      process.stderr.write(`density: ${error.stack ?? error.message}\n`);
-      process.exit(1);
-    },
-  );
-}
+runWhenMain(import.meta.url, 'density', (argv) => runDensity(parseDensityArgs(argv)), { exit: true });

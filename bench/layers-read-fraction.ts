@@ -23,12 +23,12 @@
  *   npm run build && node dist/bench/layers-read-fraction.js [--rounds 3] [--modules 300] [--content DIR]
  */
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { dropCaches, loopBytesReadSince, loopReadCounters } from './lib/block-io.js';
 import { sandboxSpec, type LayerAgent } from './lib/layer-agent.js';
 import { checkAborted, disposeFixture, makeWork, mib, mountOf, onInterrupt, setUpFixture, waitUnmounted, type LayerFixture } from './lib/layer-fixture.js';
 import { fixed, median, table } from './lib/measure.js';
 import { chooseWorkload, type WorkloadPhase } from './lib/read-workload.js';
+import { runWhenMain } from './lib/main.js';
 
 export interface ReadFractionSettings {
   rounds: number;
@@ -165,14 +165,4 @@ function report(fixture: LayerFixture, phases: readonly WorkloadPhase[], rounds:
   return met;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runReadFraction(parseReadFractionArgs(process.argv.slice(2))).then(
-    (met) => {
-      if (!met) process.exitCode = 1;
-    },
-    (error: Error) => {
-      process.stderr.write(`layers-read-fraction: ${error.stack ?? error.message}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+runWhenMain(import.meta.url, 'layers-read-fraction', (argv) => runReadFraction(parseReadFractionArgs(argv)));

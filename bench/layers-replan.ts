@@ -16,7 +16,6 @@
  *
  *   npm run build && node dist/bench/layers-replan.js [--environments 1000] [--replicas 4]
  */
-import { pathToFileURL } from 'node:url';
 import { resolveFleet } from '../core/engine/fleet-attributes.js';
 import { makePlan } from '../core/engine/planner.js';
 import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LiveView, type SandboxInfo } from '../core/live.js';
@@ -24,6 +23,7 @@ import type { ConfigModel, EnvironmentModel, FleetModel, LayerModel } from '../c
 import type { FleetState, Plan, PlanInput, SandboxState, StateFile } from '../core/plan.js';
 import { fixed, median, table } from './lib/measure.js';
 import { benchConfig, benchFleet } from './lib/model.js';
+import { runWhenMain } from './lib/main.js';
 
 const RUNS = 5;
 const LINEAGE = 'bench-replan';
@@ -189,11 +189,4 @@ export function runReplan(settings: ReplanSettings): boolean {
   return met;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  try {
-    if (!runReplan(parseReplanArgs(process.argv.slice(2)))) process.exitCode = 1;
-  } catch (error) {
-    process.stderr.write(`layers-replan: ${(error as Error).stack ?? (error as Error).message}\n`);
-    process.exitCode = 1;
-  }
-}
+runWhenMain(import.meta.url, 'layers-replan', (argv) => runReplan(parseReplanArgs(argv)));

@@ -32,7 +32,6 @@
 import { execFile } from 'node:child_process';
 import { rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -52,6 +51,7 @@ import { sandboxSpec, type LayerAgent } from './lib/layer-agent.js';
 import { checkAborted, disposeFixture, makeWork, mib, mountOf, onInterrupt, setUpFixture, waitUnmounted, type LayerFixture } from './lib/layer-fixture.js';
 import { fixed, median, pool, table } from './lib/measure.js';
 import { readConfigTemplate, TarSandboxes } from './lib/tar-sandboxes.js';
+import { runWhenMain } from './lib/main.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -267,14 +267,4 @@ function report(rounds: readonly Round[], settings: LayersStartSettings, fixture
   return met;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runLayersStart(parseLayersStartArgs(process.argv.slice(2))).then(
-    (met) => {
-      if (!met) process.exitCode = 1;
-    },
-    (error: Error) => {
-      process.stderr.write(`layers-start: ${error.stack ?? error.message}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+runWhenMain(import.meta.url, 'layers-start', (argv) => runLayersStart(parseLayersStartArgs(argv)));

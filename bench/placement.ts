@@ -11,10 +11,10 @@
  *
  * Targets: over 50,000 decisions/s, max/mean under 1.1.
  */
-import { pathToFileURL } from 'node:url';
 import type { NodeInfo, SandboxSpec } from '../core/live.js';
 import { DEFAULT_K, loadWith, placeOne, type PlacementOverlay } from '../plugins/density-placement/index.js';
 import { median } from './lib/measure.js';
+import { runWhenMain } from './lib/main.js';
 
 const NODES = 160;
 const SANDBOXES = 32_000;
@@ -105,6 +105,4 @@ export function runPlacement(): boolean {
   return met;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  if (!runPlacement()) process.exitCode = 1;
-}
+runWhenMain(import.meta.url, 'placement', () => runPlacement());

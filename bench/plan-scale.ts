@@ -7,7 +7,6 @@
  *
  *   npm run build && node --expose-gc dist/bench/plan-scale.js
  */
-import { pathToFileURL } from 'node:url';
 import { LABEL_FLEET, LABEL_LINEAGE, LABEL_SPEC, type LiveView, type SandboxInfo } from '../core/live.js';
 import type { EnvironmentModel, FleetModel, LayerModel } from '../core/model.js';
 import type { FleetState, PlanInput, SandboxState, StateFile } from '../core/plan.js';
@@ -15,6 +14,7 @@ import { resolveFleet } from '../core/engine/fleet-attributes.js';
 import { makePlan } from '../core/engine/planner.js';
 import { planToJson, renderPlan } from '../core/engine/render.js';
 import { benchConfig, benchFleet } from './lib/model.js';
+import { runWhenMain } from './lib/main.js';
 
 const FLEETS = 1_000;
 const REPLICAS = 100;
@@ -180,6 +180,4 @@ export function runPlanScale(): boolean {
   return met;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  if (!runPlanScale()) process.exitCode = 1;
-}
+runWhenMain(import.meta.url, 'plan-scale', () => runPlanScale());

@@ -27,12 +27,12 @@
 import { execFile } from 'node:child_process';
 import { chmod, mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import type { LayerRef, SandboxSpec } from '../core/live.js';
 import { LayerAgent, PACKAGE_ROOT, refOf } from './lib/layer-agent.js';
 import { checkAborted, makeWork, onInterrupt } from './lib/layer-fixture.js';
 import { coreCount, fixed, median, table } from './lib/measure.js';
+import { runWhenMain } from './lib/main.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -231,14 +231,4 @@ function report(rounds: readonly Round[], settings: QosSettings): boolean {
   return met;
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runQos(parseQosArgs(process.argv.slice(2))).then(
-    (met) => {
-      if (!met) process.exitCode = 1;
-    },
-    (error: Error) => {
-      process.stderr.write(`qos: ${error.stack ?? error.message}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+runWhenMain(import.meta.url, 'qos', (argv) => runQos(parseQosArgs(argv)));
