@@ -14,7 +14,7 @@
  * Plain data, no etcd client here: the agent, the provider and the state
  * store all build their keys from this file.
  */
-import type { NodeInfo } from '../live.js';
+import type { NodeInfo, SandboxClaim } from '../live.js';
 import type { Resources } from '../model.js';
 
 export const DEFAULT_CLUSTER_PREFIX = '/dsec';
@@ -46,6 +46,12 @@ export interface Placement {
   readonly labels?: Readonly<Record<string, string>>;
   readonly backend?: string;
   readonly resources?: Resources;
+  /**
+   * A job's claim on it, kept here beside the node's own record so that a
+   * claimed sandbox on a node that died is still known as claimed: the plan
+   * leaves it for its job instead of replacing it.
+   */
+  readonly claim?: SandboxClaim;
 }
 
 export function clusterKeys(prefix: string = DEFAULT_CLUSTER_PREFIX) {

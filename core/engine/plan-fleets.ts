@@ -47,9 +47,16 @@ export interface FleetPlanInput {
 }
 
 /** Why a sandbox must go or change, most telling first. */
-type Verdict = 'forced' | 'outdated' | 'broken' | 'update' | 'keep';
+/** `claimed`: broken (stopped, failed, or on a lost node) but a job's claim on it is active: left for the job. */
+type Verdict = 'forced' | 'outdated' | 'broken' | 'claimed' | 'update' | 'keep';
 /** Which sandboxes to drop first when there are more than `replicas`. */
-const SURPLUS_RANK: Readonly<Record<Verdict, number>> = { broken: 0, outdated: 1, forced: 2, update: 3, keep: 4 };
+const SURPLUS_RANK: Readonly<Record<Verdict, number>> = { broken: 0, outdated: 1, forced: 2, update: 3, keep: 4, claimed: 5 };
+
+/** A claim is active until it expires (one without expiresAt until released). */
+export function claimActive(sandbox: SandboxInfo, nowMs: number = Date.now()): boolean {
+  if (!sandbox.claim) return false;
+  return sandbox.claim.expiresAt === undefined || Date.parse(sandbox.claim.expiresAt) > nowMs;
+}
 
 const emptySummary = (desired: number, live: number): FleetSandboxSummary => ({
   desired,
@@ -115,7 +122,11 @@ function planFleetDelete(input: FleetPlanInput): ResourceChange | undefined {
 function judge(input: FleetPlanInput, desired: FleetAttributes, sandbox: SandboxInfo, updateAll: boolean): Verdict {
   if (input.replaceAll || input.replaceIds?.has(sandbox.id)) return 'forced';
   if (sandbox.labels[LABEL_SPEC] !== desired.specHash) return 'outdated';
-  if (sandbox.status === 'failed' || sandbox.status === 'stopped') return 'broken';
+  if (sandbox.status === 'failed' || sandbox.status === 'stopped') {
+    // A claimed sandbox holds state its job depends on: never replaced under the job (a new one would
+    // carry nothing of it); the job releases it, or its claim runs out, and then it is replaced.
+    return claimActive(sandbox) ? 'claimed' : 'broken';
+  }
   if (updateAll || !sameResources(sandbox.resources, desired.resources)) return 'update';
   // A sandbox that reports its lifetimes and reports others than declared drifted.
   if (sandbox.ttl && canonicalJson(ttlOf(sandbox)) !== canonicalJson(ttlOf(desired))) return 'update';
@@ -166,6 +177,13 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     }
     const verdict = verdicts.get(sandbox.id)!;
     if (verdict === 'keep') continue;
+    if (verdict === 'claimed') {
+      input.warn(
+        `fleet "${name}": sandbox ${sandbox.id} is ${sandbox.status}${sandbox.error ? ` (${sandbox.error})` : ''} but claimed by ` +
+          `${sandbox.claim!.holder}: left for its job; it is replaced once the claim is released or expires`,
+      );
+      continue;
+    }
     seen[verdict] = true;
     if (verdict === 'update') {
       updates.push({ op: 'update', id: sandbox.id, ...update });

@@ -16,7 +16,7 @@ import { AgentClient } from '../../core/agent/client.js';
 import { connectEtcd } from '../../core/cluster/etcd.js';
 import { clusterKeys, DEFAULT_CLUSTER_PREFIX, type Placement } from '../../core/cluster/keys.js';
 import type { Dsec } from '../../core/dsec.js';
-import { DsecError } from '../../core/errors.js';
+import { DsecError, isDsecError } from '../../core/errors.js';
 import type {
   BatchOutcome,
   ExecRequest,
@@ -140,6 +140,26 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     return { client: node.client, node: placement.node };
   };
 
+  /** Keep the placement's copy of a sandbox's claim in step with the node's; returns the placement. */
+  const recordClaim = async (id: string, claim: SandboxInfo['claim']): Promise<Placement | undefined> => {
+    const client = await etcd();
+    const placement = await readPlacement(client, keys, id);
+    if (!placement) return undefined;
+    const { claim: _old, ...rest } = placement;
+    const next: Placement = claim ? { ...rest, claim } : rest;
+    await writePlacement(client, keys, next);
+    return next;
+  };
+
+  /** A sandbox on a lost node, as the live view reports it. */
+  const lostInfo = async (id: string, placement: Placement | undefined): Promise<SandboxInfo> => {
+    const client = await etcd();
+    const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);
+    const found = sandboxesOf(probed, placements).find((sandbox) => sandbox.id === id);
+    if (!found || !placement) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
+    return found;
+  };
+
   const onAllHealthy = async <T>(work: (client: AgentClient, node: NodeInfo) => Promise<T>): Promise<T[]> => {
     const healthy = await healthyNodes();
     return mapLimit(healthy.infos, concurrency, (info) => work(healthy.byName.get(info.name)!.client!, info));
@@ -210,9 +230,22 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     updateSandbox: async (id: string, change: SandboxUpdate): Promise<SandboxInfo> => (await nodeOf(id)).client.updateSandbox(id, change),
     pauseSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.pauseSandboxes(part)),
     resumeSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.resumeSandboxes(part)),
-    claimSandbox: async (id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo> =>
-      (await nodeOf(id)).client.claimSandbox(id, holder, ttlSeconds),
-    releaseSandbox: async (id: string): Promise<SandboxInfo> => (await nodeOf(id)).client.releaseSandbox(id),
+    async claimSandbox(id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo> {
+      const info = await (await nodeOf(id)).client.claimSandbox(id, holder, ttlSeconds);
+      await recordClaim(id, info.claim);
+      return info;
+    },
+    async releaseSandbox(id: string): Promise<SandboxInfo> {
+      let info: SandboxInfo | undefined;
+      try {
+        info = await (await nodeOf(id)).client.releaseSandbox(id);
+      } catch (error) {
+        // Its node is gone: the claim lives on only in the placement; releasing it lets the plan replace the sandbox.
+        if (!isDsecError(error, 'DSEC_AGENT_UNREACHABLE')) throw error;
+      }
+      const placement = await recordClaim(id, undefined);
+      return info ?? (await lostInfo(id, placement));
+    },
     nodeUsage: async (): Promise<NodeUsage[]> => onAllHealthy(async (client, node) => ({ ...(await client.nodeUsage()), node: node.name })),
     async destroySandbox(id: string): Promise<void> {
       const client = await etcd();

@@ -57,6 +57,7 @@ export function sandboxesOf(probed: readonly ProbedNode[], placements: ReadonlyM
       layers: [],
       createdAt: placement.at,
       error: why,
+      ...(placement.claim ? { claim: placement.claim } : {}),
     });
   }
   return sandboxes;

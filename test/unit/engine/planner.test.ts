@@ -270,6 +270,26 @@ describe('makePlan', () => {
     ).toEqual([ids[1], ids[4]].sort());
   });
 
+  it('leaves a stopped sandbox to the job that claims it (with a warning), and replaces it once the claim has expired', async () => {
+    const { provider, state } = await converge(project({ replicas: 2 }));
+    const [lost] = [...provider.sandboxes.keys()].sort();
+    const claimed = (expiresAt?: string) => ({
+      ...provider.sandboxes.get(lost)!,
+      status: 'stopped' as const,
+      error: 'node a is gone (its lease lapsed)',
+      claim: { holder: 'job-7', claimedAt: '2026-01-01T00:00:00.000Z', ...(expiresAt ? { expiresAt } : {}) },
+    });
+    provider.sandboxes.set(lost, claimed(new Date(Date.now() + 3_600_000).toISOString()));
+    const kept = await planWith(project({ replicas: 2 }), provider, state);
+    expect(change(kept.resource_changes, 'fleet.web').action).toBe('no-op');
+    expect(kept.warnings.join('\n')).toContain(`sandbox ${lost} is stopped (node a is gone (its lease lapsed)) but claimed by job-7: left for its job`);
+
+    provider.sandboxes.set(lost, claimed('2026-01-01T01:00:00.000Z'));
+    const replaced = await planWith(project({ replicas: 2 }), provider, state);
+    const web = change(replaced.resource_changes, 'fleet.web');
+    expect(ops(web, 'replace').map((operation) => (operation as { id: string }).id)).toEqual([lost]);
+  });
+
   it('deletes the sandboxes of a fleet removed from the config, and warns about a lineage-labelled fleet in neither state nor config', async () => {
     const { provider, state } = await converge(project({ replicas: 1 }));
     const orphan = liveSandbox('ghost-aaaaaaaa', 'ghost', 'x');

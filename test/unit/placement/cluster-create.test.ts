@@ -147,6 +147,12 @@ describe('the cluster live view', () => {
     expect(view[2].labels).toEqual({ 'dsec.io/fleet': 'web' });
   });
 
+  it("keeps a claim recorded in a lost sandbox's placement, so the plan leaves it for its job", () => {
+    const claim = { holder: 'job-7', claimedAt: 't1' };
+    const view = sandboxesOf([], new Map([['s1', { ...placed('s1', 'gone'), claim }]]));
+    expect(view).toMatchObject([{ id: 's1', status: 'stopped', claim }]);
+  });
+
   it('reports a sandbox a node runs without any placement (given up with its node, which came back) as stopped', () => {
     const orphan: SandboxInfo = { id: 's9', node: 'a', backend: 'container', status: 'running', labels: { 'dsec.io/fleet': 'web' }, resources: spec.resources, layers: [], createdAt: 't' };
     const a: ProbedNode = { info: info('a'), client: {} as AgentClient, sandboxes: [orphan] };
