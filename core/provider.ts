@@ -54,6 +54,14 @@ export interface Provider {
   exec(id: string, request: ExecRequest): Promise<ExecResult>;
   listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]>;
   nodes(): Promise<NodeInfo[]>;
+  /**
+   * Remove what the provider itself left inconsistent, before `apply` plans
+   * (under the state lock, so nothing else is creating): on a cluster, a copy
+   * of a sandbox on a node other than the one its placement names (a create
+   * retried elsewhere after its first node vanished mid-request, which then
+   * came back with it). Resolves to one line per thing removed. Optional.
+   */
+  sweepStrays?(): Promise<string[]>;
   /** Release connections; never stops the agents (sandboxes outlive the CLI). */
   close(): Promise<void>;
 }

@@ -266,6 +266,22 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
       await deletePlacement(client, keys, id);
     },
     exec: async (id: string, request: ExecRequest): Promise<ExecResult> => (await nodeOf(id)).client.exec(id, request),
+    async sweepStrays(): Promise<string[]> {
+      const client = await etcd();
+      const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);
+      const swept: string[] = [];
+      for (const node of probed) {
+        if (!node.client) continue;
+        for (const sandbox of node.sandboxes ?? []) {
+          const placedOn = placements.get(sandbox.id)?.node;
+          if (placedOn === undefined || placedOn === node.info.name) continue;
+          // The placement names another node: this copy is not the one anything routes to.
+          await node.client.destroySandbox(sandbox.id);
+          swept.push(`sandbox ${sandbox.id}: removed a stray copy from node ${node.info.name} (its placement is on ${placedOn})`);
+        }
+      }
+      return swept;
+    },
     async listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
       const client = await etcd();
       const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);

@@ -34,6 +34,8 @@ async function runApply(ctx: CliContext, flags: ApplyFlags, planFile: string | u
       plan = await loadPlan(path.resolve(ctx.cwd, planFile));
       assertPlanFresh(plan, session.state);
     } else {
+      const provider = await ctx.connect();
+      for (const line of (await provider.sweepStrays?.()) ?? []) process.stderr.write(`note: ${line}\n`);
       plan = await planFor(ctx, flags, destroy, session.state);
     }
     if (!flags.json) process.stdout.write(renderPlan(plan, { color: flags.color }));

@@ -11,6 +11,7 @@
 import type { Etcd3 } from 'etcd3';
 import { afterEach, expect, it } from 'vitest';
 import type { Placement } from '../../../core/cluster/keys.js';
+import type { SandboxSpec } from '../../../core/live.js';
 import { CliCluster, fleetYaml, KEYS } from './cli-cluster.js';
 
 let cluster: CliCluster | undefined;
@@ -72,4 +73,40 @@ it('shows a placement on a healthy node that lacks the sandbox as stopped drift,
   expect(destroyed.code, destroyed.stderr).toBe(0);
   expect((await placements(etcd)).size).toBe(0);
   expect(Object.values(await cluster.idsByNode()).flat()).toEqual([]);
+}, 120_000);
+
+it('removes a stray copy of a sandbox from a node its placement does not name before apply plans (a create retried elsewhere whose first node came back with it)', async () => {
+  cluster = await CliCluster.start({ nodes: ['node-a', 'node-b'] });
+  cluster.writeConfig(fleetYaml('web', 2));
+  const applied = await cluster.dsec(['apply', '--auto-approve']);
+  expect(applied.code, applied.stderr).toBe(0);
+  const [first] = [...(await placements(await cluster.client())).values()];
+  const other = first.node === 'node-a' ? 'node-b' : 'node-a';
+  // The same sandbox, created again on the other node: what a create retried there leaves when its first node returns.
+  const [original] = await cluster.provider().listSandboxes({ 'dsec.io/fleet': 'web' }).then((all) => all.filter((s) => s.id === first.sandbox));
+  const direct = cluster.node(other).client();
+  try {
+    const spec: SandboxSpec = {
+      id: first.sandbox,
+      backend: 'container',
+      layers: original.layers,
+      env: {},
+      workdir: '/',
+      user: 'root',
+      resources: original.resources,
+      network: 'none',
+      qos: 'best-effort',
+      labels: original.labels,
+    };
+    await direct.createSandbox(spec);
+    expect((await direct.listSandboxes()).map((s) => s.id)).toContain(first.sandbox);
+  } finally {
+    direct.close();
+  }
+  const again = await cluster.dsec(['apply', '--auto-approve']);
+  expect(again.code, again.stderr).toBe(0);
+  expect(again.stderr).toContain(`sandbox ${first.sandbox}: removed a stray copy from node ${other} (its placement is on ${first.node})`);
+  const lists = await cluster.idsByNode();
+  expect(lists[other] ?? []).not.toContain(first.sandbox);
+  expect(lists[first.node]).toContain(first.sandbox);
 }, 120_000);
