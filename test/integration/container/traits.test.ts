@@ -224,8 +224,9 @@ describe('cgroups, pause, resume and usage of container sandboxes', () => {
     expect(before!.memoryMiB).toBeGreaterThan(0);
     expect(before!.memoryMiB).toBeLessThan(128);
     expect(before!.swapMiB).toBe(0);
-    // 16 MiB in tmpfs (page cache that cannot be dropped) and a busy loop of ~0.3 s of CPU.
-    await exec(box, ['sh', '-c', 'head -c 16m /dev/zero > /dev/shm/blob; end=$(( $(date +%s) + 1 )); while [ $(date +%s) -lt $end ]; do :; done']);
+    // 16 MiB in tmpfs (page cache that cannot be dropped) and a busy loop of at least 1 s (to the
+    // second after next: `date +%s` has whole seconds, so "+ 1" could end at once).
+    await exec(box, ['sh', '-c', 'head -c 16m /dev/zero > /dev/shm/blob; end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done']);
     const after = await dsec.hooks.usage.for(KIND).promise(box);
     expect(after!.memoryMiB - before!.memoryMiB).toBeGreaterThan(15);
     expect(after!.cacheMiB).toBeGreaterThan(15);
