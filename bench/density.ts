@@ -38,7 +38,7 @@ import type { LayerRef, SandboxSpec } from '../core/live.js';
 import type { LayerModel, PluginRef } from '../core/model.js';
 import { cgroupsPathOf, containerId } from '../plugins/backend-container/index.js';
 import { releaseSwap } from '../plugins/density-reclaim/zram.js';
-import { LayerAgent, refOf } from './lib/layer-agent.js';
+import { LayerAgent, refOf, sandboxSpec } from './lib/layer-agent.js';
 import { fixed, median, pool, table } from './lib/measure.js';
 import { runWhenMain } from './lib/main.js';
 
@@ -141,19 +141,13 @@ function sleep(ms: number): Promise<void> {
 }
 
 function specs(prefix: string, count: number, layers: readonly LayerRef[], memorySharing: boolean): SandboxSpec[] {
-  return Array.from({ length: count }, (_, index) => ({
-    id: `${prefix}-${String(index).padStart(4, '0')}`,
-    backend: 'container',
-    layers,
-    env: {},
-    workdir: '/',
-    user: 'root',
-    resources: RESOURCES,
-    network: 'none' as const,
-    qos: 'best-effort' as const,
-    labels: { bench: 'density', phase: prefix },
-    density: { memorySharing, reclaimOnPause: true },
-  }));
+  return Array.from({ length: count }, (_, index) =>
+    sandboxSpec(`${prefix}-${String(index).padStart(4, '0')}`, layers, {}, {
+      resources: RESOURCES,
+      labels: { bench: 'density', phase: prefix },
+      density: { memorySharing, reclaimOnPause: true },
+    }),
+  );
 }
 
 async function startHolders(agent: LayerAgent, all: readonly SandboxSpec[], parallel: number): Promise<number> {

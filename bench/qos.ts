@@ -29,7 +29,7 @@ import { chmod, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { LayerRef, SandboxSpec } from '../core/live.js';
-import { LayerAgent, PACKAGE_ROOT, refOf } from './lib/layer-agent.js';
+import { LayerAgent, PACKAGE_ROOT, refOf, sandboxSpec } from './lib/layer-agent.js';
 import { checkAborted, makeWork, onInterrupt } from './lib/layer-fixture.js';
 import { coreCount, fixed, median, table } from './lib/measure.js';
 import { runWhenMain } from './lib/main.js';
@@ -91,19 +91,8 @@ async function calibrate(work: string, stepMs: number): Promise<number> {
 }
 
 function spec(id: string, layers: readonly LayerRef[], qos: SandboxSpec['qos']): SandboxSpec {
-  return {
-    id,
-    backend: 'container',
-    layers,
-    env: {},
-    workdir: '/',
-    user: 'root',
-    // 1 CPU each: a single-threaded step is never throttled by its quota; the load gets one core per sandbox.
-    resources: { cpu: 1, memoryMiB: 64, pids: 64 },
-    network: 'none',
-    qos,
-    labels: { bench: 'qos' },
-  };
+  // 1 CPU each: a single-threaded step is never throttled by its quota; the load gets one core per sandbox.
+  return sandboxSpec(id, layers, {}, { resources: { cpu: 1, memoryMiB: 64, pids: 64 }, qos, labels: { bench: 'qos' } });
 }
 
 /** An agent with density-qos on or off (kept in `into` at once, so a failure later still disposes of it). */

@@ -46,7 +46,13 @@ const REQUEST_TIMEOUT_MS = 120_000;
 /** Small limits, so 32 sandboxes fit any machine. */
 const RESOURCES = { cpu: 0.25, memoryMiB: 128, pids: 64 };
 
-export function sandboxSpec(id: string, layers: readonly LayerRef[], labels: Record<string, string> = {}): SandboxSpec {
+/** A container sandbox on `layers` (labelled `bench: layers`); `overrides` replace any field (labels whole). */
+export function sandboxSpec(
+  id: string,
+  layers: readonly LayerRef[],
+  labels: Record<string, string> = {},
+  overrides: Partial<SandboxSpec> = {},
+): SandboxSpec {
   return {
     id,
     backend: 'container',
@@ -58,6 +64,7 @@ export function sandboxSpec(id: string, layers: readonly LayerRef[], labels: Rec
     network: 'none',
     qos: 'best-effort',
     labels: { bench: 'layers', ...labels },
+    ...overrides,
   };
 }
 
