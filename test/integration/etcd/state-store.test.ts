@@ -5,11 +5,11 @@ import type { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectEtcd } from '../../../core/cluster/etcd.js';
 import { clusterKeys } from '../../../core/cluster/keys.js';
-import { DsecError } from '../../../core/errors.js';
 import type { StateFile } from '../../../core/plan.js';
 import { EtcdStateStore } from '../../../core/state/etcd-store.js';
 import type { LockInfo, StateSession } from '../../../core/state/index.js';
 import { EtcdCluster, freePorts } from '../../helpers/etcd.js';
+import { caught, withLayer } from '../../helpers/state.js';
 
 const HOLDER = path.resolve(import.meta.dirname, '../../helpers/etcd-lock-holder.ts');
 const PREFIX = '/dsec-test';
@@ -38,25 +38,6 @@ afterAll(async () => {
   }
 });
 
-const withLayer =
-  (name: string) =>
-  (state: StateFile): StateFile => ({
-    ...state,
-    resources: {
-      ...state.resources,
-      [`layer.${name}@1.0.0`]: { type: 'layer', name, version: '1.0.0', kind: 'base', digest: `sha256:${name}` },
-    },
-  });
-
-async function caught(run: () => Promise<unknown>): Promise<DsecError> {
-  try {
-    await run();
-  } catch (error) {
-    if (error instanceof DsecError) return error;
-    throw error;
-  }
-  throw new Error('expected a DsecError');
-}
 
 async function lock(store: EtcdStateStore, command = 'dsec apply'): Promise<StateSession> {
   const session = await store.lock({ command });

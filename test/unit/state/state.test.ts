@@ -4,9 +4,9 @@ import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DsecError } from '../../../core/errors.js';
 import type { StateFile } from '../../../core/plan.js';
 import { LocalStateStore } from '../../../core/state/index.js';
+import { caught, withLayer } from '../../helpers/state.js';
 
 let dir: string;
 let store: LocalStateStore;
@@ -18,25 +18,6 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const withLayer =
-  (name: string) =>
-  (state: StateFile): StateFile => ({
-    ...state,
-    resources: {
-      ...state.resources,
-      [`layer.${name}@1.0.0`]: { type: 'layer', name, version: '1.0.0', kind: 'base', digest: `sha256:${name}` },
-    },
-  });
-
-async function caught(run: () => Promise<unknown>): Promise<DsecError> {
-  try {
-    await run();
-  } catch (error) {
-    if (error instanceof DsecError) return error;
-    throw error;
-  }
-  throw new Error('expected a DsecError');
-}
 
 describe('LocalStateStore.read', () => {
   it('treats a missing state file as a fresh state with a new lineage and serial 0', async () => {
