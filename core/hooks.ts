@@ -25,6 +25,9 @@ import type { Diagnostic } from './errors.js';
 import type {
   ExecRequest,
   ExecResult,
+  FileContent,
+  FunctionResult,
+  FunctionTask,
   LayerRecord,
   LayerRef,
   NodeInfo,
@@ -34,6 +37,8 @@ import type {
   SquashRecord,
   StorageStats,
   SandboxUsage,
+  ReadFileRequest,
+  WriteFileRequest,
 } from './live.js';
 import type { ConfigModel, LayerModel, Resources } from './model.js';
 import type { Plan, ResourceChange, SandboxOperation } from './plan.js';
@@ -109,6 +114,41 @@ export interface ProcessTraits {
   coreScheduling?: boolean;
 }
 
+/** A read-only filesystem image of one layer, for backends that hand layers to a guest as block devices. */
+export interface LayerImage {
+  readonly format: 'erofs';
+  /** The image file (for a split image: its metadata part). */
+  readonly path: string;
+  /** A split image's data blob, read through a second device (`mount -o device=`). */
+  readonly blob?: string;
+}
+
+/**
+ * What a backend built on the container backend asks of it for one sandbox
+ * (the FnCall pool's workers run the guest agent as PID 1 on a read-only
+ * stack). Set on `sandbox.container` before calling the container backend's
+ * provision tap through the hook table; the container backend honours every
+ * field or fails the create.
+ */
+export interface ContainerShape {
+  /** PID 1, as argv inside the sandbox, instead of the container backend's idle init. */
+  readonly init?: readonly string[];
+  /** Host files or folders bind-mounted into the sandbox. */
+  readonly binds?: readonly { readonly source: string; readonly target: string; readonly readonly: boolean }[];
+  /** Writable scratch: a tmpfs at each path, capped in MiB. */
+  readonly tmpfs?: readonly { readonly target: string; readonly sizeMiB: number }[];
+  /** No writable upper layer: the layers are mounted read-only (writes go only to `tmpfs`). */
+  readonly readonlyRoot?: boolean;
+}
+
+/** One FnCall invocation as the agent hands it to the backend's `invoke` tap. */
+export interface FunctionCall {
+  /** The fleet whose pool runs it (its sandboxes carry the fleet's ownership label). */
+  readonly fleet: string;
+  readonly node: NodeContext;
+  readonly task: FunctionTask;
+}
+
 /**
  * One sandbox as it moves through the lifecycle on a node. The agent persists
  * it (as JSON) after every step, so plugins must keep only JSON-able data in
@@ -122,6 +162,15 @@ export interface SandboxContext {
   status: SandboxStatus;
   /** Read-only layer trees, bottom to top, set by the storage plugin in `resolveLayers`. */
   lowerDirs: string[];
+  /**
+   * The same layers as image files where the storage keeps them so (EROFS),
+   * index for index with `lowerDirs` (undefined where a layer is a plain
+   * tree). Set by the storage plugin in `resolveLayers`; VM backends hand
+   * them to the guest as read-only block devices.
+   */
+  lowerImages?: (LayerImage | undefined)[];
+  /** Set by a backend layered on the container backend (see ContainerShape). */
+  container?: ContainerShape;
   /** Storage plugin's own record (e.g. which mounts it made). */
   storage: Record<string, unknown>;
   /** Backend plugin's own record (e.g. the runtime's container id, pid). */
@@ -254,6 +303,22 @@ export function createHooks() {
     started: new AsyncParallelHook<[SandboxContext]>(['sandbox']),
     /** Run a command in a running sandbox, keyed by backend kind. */
     exec: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, ExecRequest], ExecResult | undefined>(['sandbox', 'request'])),
+    /**
+     * Read one file inside a running sandbox, keyed by backend kind (the
+     * agent resumes a paused one first). Paths resolve inside the sandbox's
+     * own root: a symlink planted by code inside never reaches the host.
+     * Missing file: DSEC_FILE_NOT_FOUND; bigger than maxBytes: DSEC_FILE_TOO_LARGE.
+     */
+    readFile: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, ReadFileRequest], FileContent | undefined>(['sandbox', 'request'])),
+    /** Create or replace one file inside a running sandbox (parents created), keyed by backend kind; `true` when written. Same path rules as readFile. */
+    writeFile: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, WriteFileRequest], true | undefined>(['sandbox', 'request'])),
+    /**
+     * Run one stateless task on a fleet's pool, keyed by backend kind (the
+     * FnCall backend). The tap queues it until a worker is free, runs it,
+     * resets the worker, and answers with the result; a timed-out task is a
+     * result (`timedOut`), not a throw.
+     */
+    invoke: new HookMap((_backend: string) => new AsyncSeriesBailHook<[FunctionCall], FunctionResult | undefined>(['call'])),
     /** Change a running sandbox's limits in place, keyed by backend kind. A tap returns `true` when done. */
     update: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, Resources], true | undefined>(['sandbox', 'resources'])),
     /** Ask the backend what became of a sandbox (agent restart, refresh). Keyed by backend kind. */

@@ -73,6 +73,8 @@ export interface EnvironmentModel {
   readonly workdir: string;
   /** @default "root" */
   readonly user: string;
+  /** A bootable disk image (path resolved against the config's folder), for the full-VM backend. */
+  readonly image?: { readonly path: string; readonly format: 'qcow2' | 'raw' };
 }
 
 export interface Resources {
@@ -100,6 +102,8 @@ export interface FleetModel {
   readonly labels: Readonly<Record<string, string>>;
   /** Where the cluster provider may put the sandboxes; absent: spread over any healthy node. Never part of the spec hash. */
   readonly placement?: { readonly strategy: 'spread' | 'pack'; readonly nodeSelector: Readonly<Record<string, string>> };
+  /** Options for the backend plugin alone (validated by its `validate` tap); absent: none. */
+  readonly backendOptions?: Readonly<Record<string, unknown>>;
   readonly update: {
     /** How many sandboxes of the fleet may be down at once during a replace. @default 1 */
     readonly maxUnavailable: number;

@@ -7,6 +7,9 @@ import type {
   BatchOutcome,
   ExecRequest,
   ExecResult,
+  FileContent,
+  FunctionResult,
+  FunctionTask,
   LayerRecord,
   LiveView,
   NodeInfo,
@@ -15,6 +18,8 @@ import type {
   SandboxSpec,
   SandboxTarget,
   SandboxUpdate,
+  ReadFileRequest,
+  WriteFileRequest,
 } from './live.js';
 import type { LayerModel } from './model.js';
 
@@ -52,6 +57,12 @@ export interface Provider {
   /** Stop and remove a sandbox and everything it left on its node. Idempotent. */
   destroySandbox(id: string): Promise<void>;
   exec(id: string, request: ExecRequest): Promise<ExecResult>;
+  /** One file from inside a sandbox (a paused one is resumed first). */
+  readFile(id: string, request: ReadFileRequest): Promise<FileContent>;
+  /** Create or replace one file inside a sandbox. */
+  writeFile(id: string, request: WriteFileRequest): Promise<void>;
+  /** Run a stateless task on an FnCall fleet's pool (on a cluster: a node that has workers of it). */
+  invokeFunction(fleet: string, task: FunctionTask): Promise<FunctionResult>;
   listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]>;
   nodes(): Promise<NodeInfo[]>;
   /**
