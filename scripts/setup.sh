@@ -20,6 +20,16 @@ dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 # their own members on loopback (random ports), never the packaged service.
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+# The microVM and full-VM backends: qemu (TCG where KVM cannot boot a guest), qemu-img for
+# copy-on-write overlays; the full-VM tests build a disk image that boots with extlinux and
+# runs Debian's qemu-ga (sfdisk and mkfs.ext4 partition and format it).
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+command -v qemu-img >/dev/null 2>&1 || need+=(qemu-utils)
+command -v qemu-ga >/dev/null 2>&1 || need+=(qemu-guest-agent)
+command -v extlinux >/dev/null 2>&1 || need+=(extlinux)
+dpkg -s syslinux-common >/dev/null 2>&1 || need+=(syslinux-common)
+command -v sfdisk >/dev/null 2>&1 || need+=(fdisk)
+command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install: ${need[*]}" >&2
@@ -29,6 +39,26 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The guest kernel for microVMs (and the full-VM test image): Debian's cloud kernel, unpacked
+# into GUEST_KERNEL_DIR, never installed on the host (no initramfs or bootloader hooks run).
+GUEST_KERNEL_DIR=${DSEC_GUEST_KERNEL_DIR:-/var/lib/dsec/guest-kernel}
+if [ ! -e "$GUEST_KERNEL_DIR/vmlinuz" ]; then
+  pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+  if [ -z "$pkg" ]; then apt-get update -qq; pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {print $2; exit}'); fi
+  echo "setup: unpacking the guest kernel $pkg into $GUEST_KERNEL_DIR"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq "$pkg" 2>/dev/null && dpkg-deb -x ./*.deb root)
+  version=${pkg#linux-image-}
+  mkdir -p "$GUEST_KERNEL_DIR"
+  rm -rf "$GUEST_KERNEL_DIR/modules"
+  cp "$tmp/root/boot/vmlinuz-$version" "$GUEST_KERNEL_DIR/vmlinuz.tmp"
+  cp "$tmp/root/boot/config-$version" "$GUEST_KERNEL_DIR/config"
+  mv "$tmp/root/lib/modules/$version" "$GUEST_KERNEL_DIR/modules"
+  echo "$version" > "$GUEST_KERNEL_DIR/version"
+  mv "$GUEST_KERNEL_DIR/vmlinuz.tmp" "$GUEST_KERNEL_DIR/vmlinuz"
+  rm -rf "$tmp"
 fi
 
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
