@@ -12,6 +12,9 @@ import type {
   BatchOutcome,
   ExecRequest,
   ExecResult,
+  FileContent,
+  FunctionResult,
+  FunctionTask,
   LayerRecord,
   LayerRef,
   NodeInfo,
@@ -22,6 +25,8 @@ import type {
   SandboxUpdate,
   SquashRecord,
   StorageStats,
+  ReadFileRequest,
+  WriteFileRequest,
 } from '../live.js';
 import type { LayerKind, LayerModel, Resources } from '../model.js';
 import type { GcResult, LayerListing } from './layer-admin.js';
@@ -188,6 +193,23 @@ export class AgentClient {
 
   exec(id: string, request: ExecRequest): Promise<ExecResult> {
     return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, request);
+  }
+
+  /** One file from inside a sandbox, base64 (a paused sandbox is resumed first). */
+  readFile(id: string, request: ReadFileRequest): Promise<FileContent> {
+    const query = new URLSearchParams({ path: request.path });
+    if (request.maxBytes !== undefined) query.set('maxBytes', String(request.maxBytes));
+    return this.request('GET', `/v1/sandboxes/${encodeURIComponent(id)}/files?${query}`);
+  }
+
+  /** Create or replace one file inside a sandbox (parents created). */
+  async writeFile(id: string, request: WriteFileRequest): Promise<void> {
+    await this.request('PUT', `/v1/sandboxes/${encodeURIComponent(id)}/files`, request);
+  }
+
+  /** Run a stateless task on one of the fleet's FnCall workers on this node. */
+  invokeFunction(fleet: string, task: FunctionTask): Promise<FunctionResult> {
+    return this.request('POST', `/v1/functions/${encodeURIComponent(fleet)}/invoke`, task);
   }
 
   shutdown(): Promise<{ ok: true }> {

@@ -21,6 +21,9 @@ import type {
   BatchOutcome,
   ExecRequest,
   ExecResult,
+  FileContent,
+  FunctionResult,
+  FunctionTask,
   LayerRecord,
   LiveView,
   NodeInfo,
@@ -29,10 +32,13 @@ import type {
   SandboxSpec,
   SandboxTarget,
   SandboxUpdate,
+  ReadFileRequest,
+  WriteFileRequest,
 } from '../../core/live.js';
 import type { LayerModel } from '../../core/model.js';
 import type { Provider } from '../../core/provider.js';
 import { createInCluster } from './create.js';
+import { invokeInCluster } from './functions.js';
 import { commonLayers, sandboxesOf } from './view.js';
 import { mapLimit, probeNode, type ProbedNode } from './nodes.js';
 import { deletePlacement, readPlacement, readPlacements, readRegistrations, writePlacement } from './registry.js';
@@ -188,6 +194,9 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     return outcomes;
   };
 
+  // When each node was last sent an FnCall task, so tasks spread over the nodes with workers.
+  const lastInvoked = new Map<string, number>();
+
   const firstHealthy = async (): Promise<AgentClient> => {
     const healthy = await healthyNodes();
     const first = healthy.infos[0];
@@ -266,6 +275,12 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
       await deletePlacement(client, keys, id);
     },
     exec: async (id: string, request: ExecRequest): Promise<ExecResult> => (await nodeOf(id)).client.exec(id, request),
+    readFile: async (id: string, request: ReadFileRequest): Promise<FileContent> => (await nodeOf(id)).client.readFile(id, request),
+    writeFile: async (id: string, request: WriteFileRequest): Promise<void> => (await nodeOf(id)).client.writeFile(id, request),
+    invokeFunction: async (fleet: string, task: FunctionTask): Promise<FunctionResult> => {
+      const client = await etcd();
+      return invokeInCluster(fleet, task, { healthyNodes, readPlacements: () => readPlacements(client, keys), lastUsed: lastInvoked });
+    },
     async sweepStrays(): Promise<string[]> {
       const client = await etcd();
       const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);

@@ -13,6 +13,9 @@ import type {
   BatchOutcome,
   ExecRequest,
   ExecResult,
+  FileContent,
+  FunctionResult,
+  FunctionTask,
   LayerRecord,
   LiveView,
   NodeInfo,
@@ -21,6 +24,8 @@ import type {
   SandboxSpec,
   SandboxTarget,
   SandboxUpdate,
+  ReadFileRequest,
+  WriteFileRequest,
 } from '../../core/live.js';
 import type { LayerModel, PluginRef } from '../../core/model.js';
 import type { Provider } from '../../core/provider.js';
@@ -131,6 +136,9 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
       await call(() => client.destroySandbox(id));
     },
     exec: (id: string, request: ExecRequest): Promise<ExecResult> => call(() => client.exec(id, request)),
+    readFile: (id: string, request: ReadFileRequest): Promise<FileContent> => call(() => client.readFile(id, request)),
+    writeFile: (id: string, request: WriteFileRequest): Promise<void> => call(() => client.writeFile(id, request)),
+    invokeFunction: (fleet: string, task: FunctionTask): Promise<FunctionResult> => call(() => client.invokeFunction(fleet, task)),
     listSandboxes: (labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> => call(() => client.listSandboxes(labels)),
     nodes: async (): Promise<NodeInfo[]> => [await call(() => client.node())],
     async close(): Promise<void> {
