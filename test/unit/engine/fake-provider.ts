@@ -198,6 +198,18 @@ export class FakeProvider implements Provider {
     throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'exec' });
   }
 
+  async readFile(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'readFile' });
+  }
+
+  async writeFile(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'writeFile' });
+  }
+
+  async invokeFunction(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'invoke' });
+  }
+
   async listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
     return [...this.sandboxes.values()].filter((sandbox) =>
       Object.entries(labels ?? {}).every(([key, value]) => sandbox.labels[key] === value),
