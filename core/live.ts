@@ -171,6 +171,14 @@ export const BACKEND_OPERATIONS: readonly BackendOperation[] = Object.freeze([
   'invoke',
 ]);
 
+/**
+ * The biggest file a `readFile` or `writeFile` carries: the bytes travel
+ * base64 in one JSON document held in memory by the agent and the caller.
+ */
+export const MAX_FILE_BYTES = 32 * 1024 * 1024;
+/** `readFile`'s `maxBytes` when the caller names none. */
+export const DEFAULT_READ_FILE_BYTES = 16 * 1024 * 1024;
+
 /** `readFile`: one file's content from inside a sandbox. */
 export interface ReadFileRequest {
   /** Absolute path inside the sandbox. */

@@ -12,10 +12,21 @@ import { mkdir } from 'node:fs/promises';
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import type { NodeContext } from '../hooks.js';
-import { LABEL_FLEET, type BatchOutcome, type ExecRequest, type ExecResult, type NodeInfo, type NodeUsage, type SandboxInfo, type SandboxSpec } from '../live.js';
+import {
+  LABEL_FLEET,
+  type BatchOutcome,
+  type ExecResult,
+  type FileContent,
+  type FunctionResult,
+  type NodeInfo,
+  type NodeUsage,
+  type SandboxInfo,
+  type SandboxSpec,
+} from '../live.js';
 import { DSEC_VERSION } from '../version.js';
-import { asDsecError, backendHook } from './backend-hooks.js';
+import { asDsecError, backendCapabilities, backendHook } from './backend-hooks.js';
 import { trackBailer } from './bail-tracker.js';
+import { SandboxCalls } from './calls.js';
 import { isBuildSandbox } from './build.js';
 import { forEachLimited } from './concurrency.js';
 import { removeTree } from './files.js';
@@ -26,7 +37,7 @@ import { DEFAULT_REAP_INTERVAL_MS, Reaper, reapViewOf, type ReapDecision, type R
 import { SandboxSettings } from './settings.js';
 import { SandboxStore, toInfo, type SandboxEntry } from './store.js';
 import { UsageReporter } from './usage.js';
-import { checkClaimRequest, checkExecRequest, checkSandboxId, checkSpec, checkTarget } from './validate.js';
+import { checkClaimRequest, checkSandboxId, checkSpec, checkTarget } from './validate.js';
 
 export interface NodeAgentOptions {
   readonly dsec: Dsec;
@@ -49,6 +60,7 @@ export class NodeAgent {
   readonly layers: LayerService;
   private readonly refusedBy: WeakMap<object, string>;
   private readonly pauses: PauseControl;
+  private readonly calls: SandboxCalls;
   private readonly settings: SandboxSettings;
   private readonly usage: UsageReporter;
   private readonly reaper: Reaper | undefined;
@@ -79,6 +91,7 @@ export class NodeAgent {
       probe,
     });
     this.pauses = new PauseControl({ dsec: this.dsec, store: this.store, probe });
+    this.calls = new SandboxCalls({ dsec: this.dsec, node: this.node, store: this.store, pauses: this.pauses, probe: (entry) => this.probe(entry) });
     this.settings = new SandboxSettings(this.dsec, this.store);
     this.usage = new UsageReporter({ dsec: this.dsec, node: this.node, store: this.store, nodeInfo: () => this.nodeInfo() });
     const reapIntervalMs = options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS;
@@ -260,28 +273,22 @@ export class NodeAgent {
     }
   }
 
-  /** Run a command in a sandbox; a paused one is resumed first. */
-  async exec(idInput: unknown, requestInput: unknown): Promise<ExecResult> {
-    const id = checkSandboxId(idInput);
-    const request: ExecRequest = checkExecRequest(requestInput);
-    const call = await this.pauses.awake(id);
-    const { ctx } = call.entry;
-    try {
-      const hook = backendHook(this.dsec, 'exec', ctx.spec.backend);
-      let result: ExecResult | undefined;
-      try {
-        result = await hook.promise(ctx, request);
-      } catch (error) {
-        // The sandbox may have died since we last looked: say that, rather than the runtime's words.
-        await this.probe(call.entry);
-        if (ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: ctx.status });
-        throw error;
-      }
-      if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: ctx.spec.backend, operation: 'exec' });
-      return result;
-    } finally {
-      call.done();
-    }
+  /** Run a command in a sandbox; a paused one is resumed first (see calls.ts, as for the file calls). */
+  exec(idInput: unknown, requestInput: unknown): Promise<ExecResult> {
+    return this.calls.exec(idInput, requestInput);
+  }
+
+  readFile(idInput: unknown, requestInput: unknown): Promise<FileContent> {
+    return this.calls.readFile(idInput, requestInput);
+  }
+
+  writeFile(idInput: unknown, requestInput: unknown): Promise<{ path: string; size: number }> {
+    return this.calls.writeFile(idInput, requestInput);
+  }
+
+  /** Run a stateless task on the fleet's FnCall pool on this node. */
+  invokeFunction(fleet: unknown, task: unknown): Promise<FunctionResult> {
+    return this.calls.invoke(fleet, task);
   }
 
   /** Change a live sandbox's resources (the backend applies them), TTLs or density settings; see SandboxUpdate. */
@@ -359,6 +366,7 @@ export class NodeAgent {
     const info: NodeInfo = {
       name: this.node.name,
       backends: this.dsec.backends,
+      capabilities: backendCapabilities(this.dsec),
       capacity: this.node.capacity,
       sandboxes: this.store.size,
       agentVersion: DSEC_VERSION,

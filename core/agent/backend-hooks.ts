@@ -5,8 +5,9 @@
  */
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
+import { BACKEND_OPERATIONS, type BackendOperation } from '../live.js';
 
-export type BackendHookKind = 'provision' | 'exec' | 'update' | 'probe' | 'pause' | 'resume' | 'usage';
+export type BackendHookKind = 'provision' | 'probe' | BackendOperation;
 
 /** The HookMap hook for a backend kind; none tapped -> DSEC_BACKEND_UNKNOWN (provision) or DSEC_BACKEND_UNSUPPORTED (the rest). */
 export function backendHook<K extends BackendHookKind>(dsec: Dsec, kind: K, backend: string) {
@@ -22,6 +23,16 @@ export function backendHook<K extends BackendHookKind>(dsec: Dsec, kind: K, back
 export function backendSupports(dsec: Dsec, kind: BackendHookKind, backend: string): boolean {
   const hook = dsec.hooks[kind].get(backend);
   return hook !== undefined && hook.isUsed();
+}
+
+/**
+ * What each backend can do beyond create and destroy, from the taps it has
+ * (never a list kept beside them that could drift): NodeInfo.capabilities.
+ */
+export function backendCapabilities(dsec: Dsec): Record<string, BackendOperation[]> {
+  const capabilities: Record<string, BackendOperation[]> = {};
+  for (const backend of dsec.backends) capabilities[backend] = BACKEND_OPERATIONS.filter((operation) => backendSupports(dsec, operation, backend));
+  return capabilities;
 }
 
 /** A thrown DsecError as is; anything else as the backend's failure at `operation`. */

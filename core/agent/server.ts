@@ -12,6 +12,7 @@ import { chmod, rm } from 'node:fs/promises';
 import http from 'node:http';
 import { DsecError, type ErrorCode } from '../errors.js';
 import type { Logger } from '../hooks.js';
+import { MAX_FILE_BYTES } from '../live.js';
 import type { LayerModel } from '../model.js';
 import type { NodeAgent } from './agent.js';
 import { formatHostPort, MIN_TOKEN_LENGTH } from './cluster-flags.js';
@@ -20,6 +21,8 @@ import { bearerRefusal, RateLimitedLog } from './tcp-auth.js';
 
 /** Request bodies above this are refused (413): layers travel as paths, not bytes. */
 export const MAX_BODY_BYTES = 8 * 1024 * 1024;
+/** Routes that carry file content (a file write, a task's files) take more: MAX_FILE_BYTES in base64, and the JSON around it. */
+export const MAX_FILE_BODY_BYTES = Math.ceil((MAX_FILE_BYTES * 4) / 3) + 1024 * 1024;
 const CLOSE_GRACE_MS = 3_000;
 
 const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
@@ -42,6 +45,12 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_SANDBOX_BUSY: 409,
   DSEC_SANDBOX_CLAIMED: 409,
   DSEC_BACKEND_UNSUPPORTED: 501,
+  DSEC_FILE_NOT_FOUND: 404,
+  DSEC_FILE_TOO_LARGE: 422,
+  DSEC_FILE_INVALID: 400,
+  DSEC_FUNCTION_NO_WORKERS: 404,
+  DSEC_FUNCTION_INVALID: 400,
+  DSEC_GUEST_UNREACHABLE: 502,
   DSEC_STORAGE_MISSING: 501,
 };
 
@@ -58,6 +67,8 @@ interface Route {
   readonly pattern: RegExp;
   readonly names: readonly string[];
   readonly handler: Handler;
+  /** The largest body this route reads. @default MAX_BODY_BYTES */
+  readonly maxBodyBytes: number;
 }
 
 export interface AgentServer {
@@ -159,7 +170,7 @@ function createTcpServer(routes: readonly Route[], tcp: TcpListenOptions, log: L
   return server;
 }
 
-function route(method: string, path: string, handler: Handler): Route {
+function route(method: string, path: string, handler: Handler, maxBodyBytes = MAX_BODY_BYTES): Route {
   const names: string[] = [];
   const pattern = new RegExp(
     `^${path.replace(/:(\w+)/g, (_whole, name: string) => {
@@ -167,7 +178,7 @@ function route(method: string, path: string, handler: Handler): Route {
       return '([^/]+)';
     })}$`,
   );
-  return { method, pattern, names, handler };
+  return { method, pattern, names, handler, maxBodyBytes };
 }
 
 function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { readonly plugins?: string }): Route[] {
@@ -200,6 +211,9 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { reado
     route('PATCH', '/v1/sandboxes/:id', async ({ params, body }) => agent.updateSandbox(params.id, body)),
     route('DELETE', '/v1/sandboxes/:id', async ({ params }) => agent.destroySandbox(params.id)),
     route('POST', '/v1/sandboxes/:id/exec', async ({ params, body }) => agent.exec(params.id, body)),
+    route('GET', '/v1/sandboxes/:id/files', async ({ params, query }) => agent.readFile(params.id, fileQuery(query))),
+    route('PUT', '/v1/sandboxes/:id/files', async ({ params, body }) => agent.writeFile(params.id, body), MAX_FILE_BODY_BYTES),
+    route('POST', '/v1/functions/:fleet/invoke', async ({ params, body }) => agent.invokeFunction(params.fleet, body), MAX_FILE_BODY_BYTES),
     route('POST', '/v1/sandboxes/:id/snapshot', async ({ params, body }) => agent.layers.snapshotSandbox(params.id, body)),
     route('POST', '/v1/sandboxes/:id/pause', async ({ params }) => agent.pauseSandbox(params.id)),
     route('POST', '/v1/sandboxes/:id/resume', async ({ params }) => agent.resumeSandbox(params.id)),
@@ -210,6 +224,13 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { reado
       return { ok: true };
     }),
   ];
+}
+
+/** `?path=/etc/hosts&maxBytes=1024` -> {path, maxBytes}; the agent checks both. */
+function fileQuery(query: URLSearchParams): { path: string | null; maxBytes?: number } {
+  const maxBytes = query.get('maxBytes');
+  if (maxBytes !== null && !/^[0-9]+$/.test(maxBytes)) throw new DsecError('DSEC_AGENT_REQUEST', { message: `maxBytes must be a whole number, got ${JSON.stringify(maxBytes)}` });
+  return { path: query.get('path'), ...(maxBytes !== null ? { maxBytes: Number(maxBytes) } : {}) };
 }
 
 /** `?label=k=v&label=k2=v2` -> {k: v, k2: v2}. */
@@ -234,7 +255,7 @@ async function handle(routes: readonly Route[], req: http.IncomingMessage, res: 
       const message = matching.length > 0 ? `${req.method} is not allowed on ${url.pathname}` : `no route ${req.method} ${url.pathname}`;
       return sendError(res, status, new DsecError('DSEC_AGENT_REQUEST', { message }));
     }
-    const body = await readBody(req);
+    const body = await readBody(req, found.maxBodyBytes);
     const match = found.pattern.exec(url.pathname)!;
     const params = Object.fromEntries(found.names.map((name, index) => [name, decodeSegment(match[index + 1])]));
     const result = await found.handler({ params, query: url.searchParams, body });
@@ -263,12 +284,12 @@ class BodyError extends Error {
   }
 }
 
-async function readBody(req: http.IncomingMessage): Promise<Record<string, unknown>> {
+async function readBody(req: http.IncomingMessage, limit: number): Promise<Record<string, unknown>> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new BodyError(413, `the request body is over ${MAX_BODY_BYTES} bytes`);
+    if (size > limit) throw new BodyError(413, `the request body is over ${limit} bytes`);
     chunks.push(chunk);
   }
   if (size === 0) return {};

@@ -9,6 +9,7 @@ import {
   MAX_EXEC_OUTPUT_BYTES,
   MAX_EXEC_TIMEOUT_MS,
   type DensitySettings,
+  type DiskImageRef,
   type ExecRequest,
   type LayerRef,
   type SandboxSpec,
@@ -97,6 +98,9 @@ export function checkSpec(input: unknown): SandboxSpec {
   const resources = checkResources(input.resources, DEFAULT_RESOURCES, problems);
   const ttl = input.ttl === undefined ? undefined : checkTtl(input.ttl, problems);
   const density = input.density === undefined ? undefined : checkDensity(input.density, DEFAULT_DENSITY, problems);
+  // The backend plugin validates its own options; the agent only checks they are an object.
+  if (input.backendOptions !== undefined && !isObject(input.backendOptions)) problems.push('backendOptions must be an object');
+  const image = input.image === undefined ? undefined : checkDiskImage(input.image, problems);
   if (problems.length > 0) refuse(problems);
   return {
     id,
@@ -111,7 +115,21 @@ export function checkSpec(input: unknown): SandboxSpec {
     labels,
     ...(ttl !== undefined && Object.keys(ttl).length > 0 ? { ttl } : {}),
     ...(density !== undefined ? { density } : {}),
+    ...(input.backendOptions !== undefined ? { backendOptions: { ...(input.backendOptions as Json) } } : {}),
+    ...(image !== undefined ? { image } : {}),
   };
+}
+
+function checkDiskImage(input: unknown, problems: string[]): DiskImageRef | undefined {
+  if (!isObject(input) || typeof input.path !== 'string' || !input.path.startsWith('/') || input.path.includes('\0')) {
+    problems.push('image must be {path, format} with an absolute path');
+    return undefined;
+  }
+  if (input.format !== 'qcow2' && input.format !== 'raw') {
+    problems.push(`image.format must be "qcow2" or "raw", not ${JSON.stringify(input.format)}`);
+    return undefined;
+  }
+  return { path: input.path, format: input.format };
 }
 
 /** The longest TTL or claim: ten years, far past any sandbox's life, and well inside a Date. */

@@ -1,0 +1,114 @@
+/**
+ * Calls into a running sandbox (exec, readFile, writeFile) and FnCall tasks
+ * on a fleet's pool. Every sandbox call goes the same way: admitted through
+ * `awake` (a paused sandbox is resumed first; the call counts as activity
+ * for the idle reaper and keeps a pause out while it runs), then the
+ * backend's tap for that operation, keyed by its kind. A backend without the
+ * tap is DSEC_BACKEND_UNSUPPORTED naming it; a failure on a sandbox that
+ * died meanwhile is DSEC_SANDBOX_NOT_RUNNING rather than the runtime's words.
+ */
+import type { Dsec } from '../dsec.js';
+import { DsecError } from '../errors.js';
+import type { NodeContext, SandboxContext } from '../hooks.js';
+import { LABEL_FLEET, type ExecResult, type FileContent, type FunctionResult, type ReadFileRequest, type WriteFileRequest } from '../live.js';
+import { asDsecError, backendHook, backendSupports, type BackendHookKind } from './backend-hooks.js';
+import type { PauseControl } from './pause.js';
+import type { SandboxEntry, SandboxStore } from './store.js';
+import { checkExecRequest, checkSandboxId } from './validate.js';
+import { checkFunctionTask, checkReadFileRequest, checkWriteFileRequest } from './validate-calls.js';
+
+export interface CallHost {
+  readonly dsec: Dsec;
+  readonly node: NodeContext;
+  readonly store: SandboxStore;
+  readonly pauses: PauseControl;
+  /** Ask the backend what became of a sandbox (a vanished one becomes `stopped`). */
+  probe(entry: SandboxEntry): Promise<void>;
+}
+
+type SandboxOperation = Extract<BackendHookKind, 'exec' | 'readFile' | 'writeFile'>;
+
+export class SandboxCalls {
+  constructor(private readonly host: CallHost) {}
+
+  /** Run a command in a sandbox. */
+  exec(idInput: unknown, requestInput: unknown): Promise<ExecResult> {
+    const id = checkSandboxId(idInput);
+    const request = checkExecRequest(requestInput);
+    // exec's own failures keep their words (a runtime's message reads better than a wrapper's).
+    return this.inside(id, 'exec', (ctx) => backendHook(this.host.dsec, 'exec', ctx.spec.backend).promise(ctx, request), { wrap: false });
+  }
+
+  /** One file from inside a sandbox (`{path, maxBytes?}`). */
+  readFile(idInput: unknown, requestInput: unknown): Promise<FileContent> {
+    const id = checkSandboxId(idInput);
+    const request: ReadFileRequest = checkReadFileRequest(id, requestInput);
+    return this.inside(id, 'readFile', (ctx) => backendHook(this.host.dsec, 'readFile', ctx.spec.backend).promise(ctx, request));
+  }
+
+  /** Create or replace one file inside a sandbox (`{path, data (base64), mode?}`), parents created. */
+  async writeFile(idInput: unknown, requestInput: unknown): Promise<{ path: string; size: number }> {
+    const id = checkSandboxId(idInput);
+    const request: WriteFileRequest = checkWriteFileRequest(id, requestInput);
+    await this.inside(id, 'writeFile', (ctx) => backendHook(this.host.dsec, 'writeFile', ctx.spec.backend).promise(ctx, request));
+    return { path: request.path, size: Buffer.byteLength(request.data, 'base64') };
+  }
+
+  /**
+   * Run a stateless task on the fleet's pool on this node: the fleet's
+   * sandboxes (by their fleet label) name the backend, whose `invoke` tap
+   * queues and runs it.
+   */
+  async invoke(fleetInput: unknown, taskInput: unknown): Promise<FunctionResult> {
+    if (typeof fleetInput !== 'string' || fleetInput === '') throw new DsecError('DSEC_AGENT_REQUEST', { message: 'the fleet name must be a non-empty string' });
+    const fleet = fleetInput;
+    const task = checkFunctionTask(fleet, taskInput);
+    const backends = new Set(
+      this.host.store
+        .all()
+        .filter((entry) => entry.ctx.spec.labels[LABEL_FLEET] === fleet && entry.ctx.status !== 'failed')
+        .map((entry) => entry.ctx.spec.backend),
+    );
+    if (backends.size === 0) throw new DsecError('DSEC_FUNCTION_NO_WORKERS', { fleet, where: `node ${this.host.node.name}` });
+    // While a fleet is replaced onto another backend both kinds are there: the one that takes tasks answers.
+    const backend = [...backends].sort().find((kind) => backendSupports(this.host.dsec, 'invoke', kind)) ?? [...backends].sort()[0];
+    const result = await backendHook(this.host.dsec, 'invoke', backend).promise({ fleet, node: this.host.node, task });
+    if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend, operation: 'invoke' });
+    return result;
+  }
+
+  /** Admit the call (resuming a paused sandbox), run it on the backend's tap, and say clearly what went wrong. */
+  private async inside<R>(
+    id: string,
+    operation: SandboxOperation,
+    run: (ctx: SandboxContext) => Promise<R | undefined>,
+    options: { wrap?: boolean } = {},
+  ): Promise<R> {
+    // Unsupported is said before a paused sandbox is woken for nothing.
+    const known = this.host.store.get(id);
+    if (known) backendHook(this.host.dsec, operation, known.ctx.spec.backend);
+    const call = await this.host.pauses.awake(id);
+    const { ctx } = call.entry;
+    const { backend } = ctx.spec;
+    try {
+      let result: R | undefined;
+      try {
+        result = await run(ctx);
+      } catch (error) {
+        if (isUnsupported(error)) throw error;
+        // The sandbox may have died since we last looked: say that, rather than the runtime's words.
+        await this.host.probe(call.entry);
+        if (ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: ctx.status });
+        throw options.wrap === false ? error : asDsecError(error, backend, operation, id);
+      }
+      if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend, operation });
+      return result;
+    } finally {
+      call.done();
+    }
+  }
+}
+
+function isUnsupported(error: unknown): boolean {
+  return error instanceof DsecError && error.code === 'DSEC_BACKEND_UNSUPPORTED';
+}
