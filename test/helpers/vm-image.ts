@@ -1,0 +1,7 @@
+/**
+ * The full-VM backend's test image: the same builder the benchmarks use
+ * (bench/lib is part of the compiled tree, test/ is not), re-exported under
+ * the name tests import.
+ */
+export * from '../../bench/lib/vm-image.js';
+export { GUEST_AGENT_PORT, hostTscKhz } from '../../bench/lib/vm-image-parts.js';
