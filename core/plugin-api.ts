@@ -16,6 +16,8 @@ export {
   type SnapshotResult,
   type ProcessTraits,
   type SandboxCgroups,
+  type ContainerShape,
+  type FunctionCall,
 } from './hooks.js';
 export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './errors.js';
 /** Options checked against the plugin's JSON Schema, every problem in one DSEC_PLUGIN_OPTIONS. */
