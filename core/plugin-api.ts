@@ -37,3 +37,5 @@ export {
 } from './native.js';
 /** The layer store machinery both storage plugins are built from. */
 export * from './layers/index.js';
+/** The qemu toolkit VM backends are built from: binary, acceleration, QMP, processes, save/restore, initramfs (core/qemu/index.ts). */
+export * from './qemu/index.js';
