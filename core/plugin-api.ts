@@ -35,6 +35,8 @@ export {
   type NativeCapability,
   type PrefetchResult,
 } from './native.js';
+/** One file inside a sandbox's root, resolved by the kernel inside it (for backends whose sandboxes are host processes). */
+export { readFileInRoot, writeFileInRoot, type SandboxRoot, type WriteInRootOptions } from './native-files.js';
 /** The layer store machinery both storage plugins are built from. */
 export * from './layers/index.js';
 /** The qemu toolkit VM backends are built from: binary, acceleration, QMP, processes, save/restore, initramfs (core/qemu/index.ts). */

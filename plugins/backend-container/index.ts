@@ -14,6 +14,7 @@
  *   resume     runc resume
  *   usage      the cgroup's counters (usage.ts)
  *   snapshot   runc pause, copy the upper dir, runc resume (snapshot.ts)
+ *   readFile, writeFile  through /proc/<init pid>/root, resolved inside it by the native helper (files.ts)
  *   destroy    kill the init, runc delete, unmount, sweep cgroups (idempotent)
  *   validate   (engine) a container fleet asks for at least MIN_CONTAINER_MEMORY_MIB (validate.ts)
  *
@@ -44,6 +45,7 @@ import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
 import { pauseContainer, resumeContainer } from './freeze.js';
 import { mountOverlay, unmountAll } from './rootfs.js';
 import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
+import { tapFileCalls } from './files.js';
 import { snapshotContainer } from './snapshot.js';
 import { setCpuIdle, withCpuIdleLifted } from './traits.js';
 import { readUsage } from './usage.js';
@@ -143,6 +145,7 @@ export default function backendContainer(options: BackendContainerOptions = {}):
           snapshotContainer(getRuntime(), { containerId: containerIdOf(sandbox), upperDir: sandboxPaths(sandbox.dir).upper }, request),
         ),
       );
+      tapFileCalls(dsec, BACKEND_KIND, tap, failAs);
       dsec.hooks.destroy.tapPromise(tap, async (sandbox) => {
         if (sandbox.spec.backend !== BACKEND_KIND) return;
         await failAs('destroy', sandbox, () => destroy(getRuntime(), sandbox));
