@@ -3,6 +3,7 @@
  * the sandbox asks for. Nothing here touches the machine, so every isolation
  * setting can be read (and unit-tested) in one place.
  */
+import type { ContainerShape } from '../../core/plugin-api.js';
 import { SECCOMP_PROFILE } from './seccomp.js';
 
 /**
@@ -31,6 +32,15 @@ export const SANDBOX_INIT = Object.freeze([
   '-c',
   `exec </dev/null >/dev/null 2>&1; trap 'exit 0' TERM; while :; do ${SANDBOX_BUSYBOX} sleep 2147483647 & wait; done`,
 ]);
+
+/**
+ * A shape's own PID 1 (ContainerShape.init), started the same way: busybox
+ * trades the host's init.log for /dev/null, then execs the init in its place
+ * (same pid), so it never holds a host file either.
+ */
+export function shapedInit(init: readonly string[]): string[] {
+  return [SANDBOX_BUSYBOX, 'sh', '-c', 'exec </dev/null >/dev/null 2>&1; exec "$@"', 'dsec-init', ...init];
+}
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
@@ -101,6 +111,30 @@ export interface BundleInput {
   readonly maxOpenFiles?: number;
   /** The host's static busybox to bind-mount at SANDBOX_BUSYBOX. @default HOST_BUSYBOX */
   readonly hostBusybox?: string;
+  /** What a backend built on this one asks for (checked by checkContainerShape first). @default none */
+  readonly shape?: ContainerShape;
+}
+
+/**
+ * The shape's binds and tmpfs mounts, in the OCI form, after the backend's
+ * own. Scratch is world-writable with the sticky bit (like /tmp), so a
+ * sandbox whose user is not root can use it, and capped in size.
+ */
+export function shapeMounts(shape: ContainerShape | undefined) {
+  return [
+    ...(shape?.binds ?? []).map((bind) => ({
+      destination: bind.target,
+      type: 'bind',
+      source: bind.source,
+      options: ['rbind', bind.readonly ? 'ro' : 'rw', 'nosuid', 'nodev'],
+    })),
+    ...(shape?.tmpfs ?? []).map((tmpfs) => ({
+      destination: tmpfs.target,
+      type: 'tmpfs',
+      source: 'tmpfs',
+      options: ['nosuid', 'nodev', 'mode=1777', `size=${tmpfs.sizeMiB}m`],
+    })),
+  ];
 }
 
 /** The cgroup limits for a sandbox's resources, in the OCI `linux.resources` shape. */
@@ -139,6 +173,7 @@ export function envList(env: Readonly<Record<string, string>>): string[] {
 export function bundleConfig(input: BundleInput) {
   const isRoot = input.user.uid === 0;
   const capabilities = [...SANDBOX_CAPABILITIES];
+  const readonlyRoot = input.shape?.readonlyRoot === true;
   return {
     ociVersion: '1.0.2-dev',
     process: {
@@ -148,7 +183,7 @@ export function bundleConfig(input: BundleInput) {
         gid: input.user.gid,
         ...(input.user.additionalGids?.length ? { additionalGids: [...input.user.additionalGids] } : {}),
       },
-      args: [...SANDBOX_INIT],
+      args: input.shape?.init ? shapedInit(input.shape.init) : [...SANDBOX_INIT],
       env: envList(input.env),
       cwd: input.workdir,
       // A non-root user keeps the bounding set only (as with any setuid-free
@@ -163,7 +198,8 @@ export function bundleConfig(input: BundleInput) {
       rlimits: [{ type: 'RLIMIT_NOFILE', hard: input.maxOpenFiles ?? 65536, soft: input.maxOpenFiles ?? 65536 }],
       noNewPrivileges: true,
     },
-    root: { path: input.rootfs, readonly: false },
+    // A read-only root is also mounted read-only (an overlay without upper dir, rootfs.ts); this keeps it so in the sandbox.
+    root: { path: input.rootfs, readonly: readonlyRoot },
     hostname: input.sandboxId,
     mounts: [
       { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
@@ -181,6 +217,7 @@ export function bundleConfig(input: BundleInput) {
       { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
       // runc creates the mountpoint (and /.dsec) in the upper layer; snapshots leave /.dsec out.
       { destination: SANDBOX_BUSYBOX, type: 'bind', source: input.hostBusybox ?? HOST_BUSYBOX, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
+      ...shapeMounts(input.shape),
     ],
     linux: {
       resources: linuxResources(input.resources),
@@ -196,7 +233,9 @@ export function bundleConfig(input: BundleInput) {
       ],
       seccomp: SECCOMP_PROFILE,
       maskedPaths: [...MASKED_PATHS],
-      readonlyPaths: [...READONLY_PATHS],
+      // A read-only root leaves /dev's tmpfs read-only too (its devices still work), so writes
+      // go only to the shape's scratch and /dev/shm; the mounts below /dev stay as they are.
+      readonlyPaths: readonlyRoot ? [...READONLY_PATHS, '/dev'] : [...READONLY_PATHS],
     },
   };
 }

@@ -18,6 +18,13 @@
  *   destroy    kill the init, runc delete, unmount, sweep cgroups (idempotent)
  *   validate   (engine) a container fleet asks for at least MIN_CONTAINER_MEMORY_MIB (validate.ts)
  *
+ * A backend built on this one (FnCall) sets `sandbox.container` (a
+ * ContainerShape: its own init, binds, capped tmpfs, a read-only root) and
+ * calls the provision tap above through the hook table; every field is
+ * honoured or the create fails (shape.ts). Such a sandbox is this plugin's
+ * to destroy too, whatever its backend kind: the destroy tap below acts on
+ * any sandbox with a shape.
+ *
  * It imports only the public plugin API, like any third-party backend.
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -44,6 +51,7 @@ import { killInit, processStartTime, quickProbe } from './liveness.js';
 import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
 import { pauseContainer, resumeContainer } from './freeze.js';
 import { mountOverlay, unmountAll } from './rootfs.js';
+import { buildMountPointLayer, checkContainerShape, mountPointsOf } from './shape.js';
 import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
 import { tapFileCalls } from './files.js';
 import { snapshotContainer } from './snapshot.js';
@@ -98,6 +106,8 @@ export function sandboxPaths(dir: string) {
     config: path.join(dir, 'config.json'),
     initLog: path.join(dir, 'init.log'),
     initPid: path.join(dir, 'init.pid'),
+    /** A read-only root's extra lower layer of mount points (shape.ts). */
+    mountPoints: path.join(dir, 'mountpoints'),
   };
 }
 
@@ -147,7 +157,8 @@ export default function backendContainer(options: BackendContainerOptions = {}):
       );
       tapFileCalls(dsec, BACKEND_KIND, tap, failAs);
       dsec.hooks.destroy.tapPromise(tap, async (sandbox) => {
-        if (sandbox.spec.backend !== BACKEND_KIND) return;
+        // A backend built on this one marks its sandboxes with a shape (before this tap runs).
+        if (sandbox.spec.backend !== BACKEND_KIND && sandbox.container === undefined) return;
         await failAs('destroy', sandbox, () => destroy(getRuntime(), sandbox));
       });
     },
@@ -160,9 +171,22 @@ async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<tru
   const record: ContainerRecord = { handle: cid, runtime: runtime.name, containerId: cid, cgroupsPath: cgroupsPathOf(cid) };
   sandbox.backend = { ...record };
 
+  const shape = sandbox.container;
+  const problems = shape ? checkContainerShape(shape) : [];
+  if (problems.length > 0) throw new Error(`the container shape asked for cannot be honoured: ${problems.join('; ')}`);
   await requireHostBusybox();
-  await Promise.all([mkdir(paths.upper, { recursive: true }), mkdir(paths.work, { recursive: true }), mkdir(paths.rootfs, { recursive: true })]);
-  await mountOverlay({ lowerDirs: sandbox.lowerDirs, upperDir: paths.upper, workDir: paths.work, target: paths.rootfs });
+  const mountPoints = shape ? await mountPointsOf(shape) : [];
+  if (shape?.readonlyRoot) {
+    // No upper dir: the layers and a layer of mount points, all read-only.
+    await mkdir(paths.rootfs, { recursive: true });
+    await buildMountPointLayer(paths.mountPoints, sandbox.lowerDirs, mountPoints);
+    await mountOverlay({ lowerDirs: [...sandbox.lowerDirs, paths.mountPoints], target: paths.rootfs });
+  } else {
+    await Promise.all([mkdir(paths.upper, { recursive: true }), mkdir(paths.work, { recursive: true }), mkdir(paths.rootfs, { recursive: true })]);
+    // A shape's mount points go in the upper dir first, so its scratch gets the mode it should (shape.ts).
+    if (shape) await buildMountPointLayer(paths.upper, sandbox.lowerDirs, mountPoints);
+    await mountOverlay({ lowerDirs: sandbox.lowerDirs, upperDir: paths.upper, workDir: paths.work, target: paths.rootfs });
+  }
 
   // runc resolves the bind's destination inside the rootfs: a layer's /.dsec that is no directory
   // (a symlink, say) would move the mount somewhere the init and exec wrapper do not look.
@@ -180,6 +204,7 @@ async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<tru
     resources: sandbox.spec.resources,
     cgroupsPath: record.cgroupsPath,
     maxOpenFiles: await openFilesLimit(),
+    ...(shape ? { shape } : {}),
   });
   await writeFile(paths.config, JSON.stringify(config, null, 2), { mode: 0o600 });
 

@@ -13,8 +13,12 @@ const MAX_MOUNT_OPTIONS = 4000;
 export interface OverlayDirs {
   /** Bottom to top, as the storage plugin sets `sandbox.lowerDirs`. */
   readonly lowerDirs: readonly string[];
-  readonly upperDir: string;
-  readonly workDir: string;
+  /**
+   * The writable upper dir and overlayfs's work dir, both or neither.
+   * Neither: a read-only overlay (the kernel then wants two lower dirs at least).
+   */
+  readonly upperDir?: string;
+  readonly workDir?: string;
   readonly target: string;
 }
 
@@ -28,11 +32,15 @@ const SELF_CONTAINED_UPPER = 'redirect_dir=off,metacopy=off,index=off';
 
 /** overlayfs wants the top layer first; `lowerDirs` come bottom to top. */
 export function overlayOptions(dirs: OverlayDirs): string {
-  const all = [...dirs.lowerDirs, dirs.upperDir, dirs.workDir];
+  const writable = dirs.upperDir !== undefined && dirs.workDir !== undefined;
+  if (!writable && (dirs.upperDir !== undefined || dirs.workDir !== undefined)) throw new Error('an overlay takes an upper dir and a work dir together, or neither');
+  const all = [...dirs.lowerDirs, ...(writable ? [dirs.upperDir!, dirs.workDir!] : [])];
   const bad = all.find((dir) => /[,:\n]/.test(dir) || !dir.startsWith('/'));
   if (bad !== undefined) throw new Error(`overlay directory ${JSON.stringify(bad)} must be absolute and free of ',' and ':'`);
   if (dirs.lowerDirs.length === 0) throw new Error('no layers were resolved for the sandbox (is a storage plugin loaded?)');
-  const options = `lowerdir=${[...dirs.lowerDirs].reverse().join(':')},upperdir=${dirs.upperDir},workdir=${dirs.workDir},${SELF_CONTAINED_UPPER}`;
+  if (!writable && dirs.lowerDirs.length < 2) throw new Error('a read-only overlay needs two lower dirs at least');
+  const lower = `lowerdir=${[...dirs.lowerDirs].reverse().join(':')}`;
+  const options = writable ? `${lower},upperdir=${dirs.upperDir},workdir=${dirs.workDir},${SELF_CONTAINED_UPPER}` : lower;
   if (options.length > MAX_MOUNT_OPTIONS) {
     throw new Error(`the overlay mount options are ${options.length} bytes, over the kernel's limit of ${MAX_MOUNT_OPTIONS}: too many or too deep layer paths`);
   }
