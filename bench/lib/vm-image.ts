@@ -24,25 +24,13 @@ import { chmod, copyFile, mkdir, mkdtemp, open, readFile, readlink, realpath, re
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { gzipSync } from 'node:zlib';
-import {
-  cpioNewc,
-  extlinuxConf,
-  GUEST_KERNEL_DIR,
-  GUEST_MODULES,
-  hostTscKhz,
-  INITTAB,
-  initramfsInit,
-  moduleLoadOrder,
-  RC_S,
-  START_QEMU_GA,
-  type CpioEntry,
-} from './vm-image-parts.js';
+import { buildInitramfs, findGuestKernel, hostTscRate, INITRAMFS_MODULES_DIR, resolveKernelModules, type GuestKernel } from '../../core/qemu/index.js';
+import { extlinuxConf, GUEST_MODULES, INITTAB, initramfsInit, RC_S, START_QEMU_GA } from './vm-image-parts.js';
 
 const run = promisify(execFile);
 
 /** Bump when the recipe changes, so cached images built by an older one are not reused. */
-const RECIPE_VERSION = 3;
+const RECIPE_VERSION = 4;
 const BUSYBOX = '/bin/busybox';
 const QEMU_GA = '/usr/sbin/qemu-ga';
 const MBR_CODE = '/usr/lib/syslinux/mbr/mbr.bin';
@@ -61,7 +49,7 @@ export function defaultVmImageCacheDir(): string {
 }
 
 /** The kernel command line the image boots with (the TSC rate only where it is known). */
-export function testVmKernelArgs(tscKhz = hostTscKhz()): string {
+export function testVmKernelArgs(tscKhz: number | undefined): string {
   // panic=-1: a panicking guest reboots at once, and the backend's -no-reboot turns that into qemu exiting.
   const args = ['root=/dev/vda1', 'rw', 'console=ttyS0', 'panic=-1', 'loglevel=4'];
   if (tscKhz !== undefined) args.push(`tsc_early_khz=${tscKhz}`);
@@ -69,11 +57,11 @@ export function testVmKernelArgs(tscKhz = hostTscKhz()): string {
 }
 
 export async function buildTestVmImage(cacheDir: string = defaultVmImageCacheDir()): Promise<TestVmImage> {
-  const kernelVersion = (await readFile(path.join(GUEST_KERNEL_DIR, 'version'), 'utf8')).trim();
-  const append = testVmKernelArgs();
+  const kernel = await findGuestKernel();
+  const append = testVmKernelArgs((await hostTscRate())?.khz);
   const digest = createHash('sha256')
-    .update(JSON.stringify({ RECIPE_VERSION, kernelVersion, append, DISK_MIB }))
-    .update(await fileDigest(path.join(GUEST_KERNEL_DIR, 'vmlinuz')))
+    .update(JSON.stringify({ RECIPE_VERSION, kernel: kernel.version, append, DISK_MIB }))
+    .update(await fileDigest(kernel.vmlinuz))
     .update(await fileDigest(QEMU_GA))
     .update(await fileDigest(BUSYBOX))
     .digest('hex')
@@ -85,7 +73,7 @@ export async function buildTestVmImage(cacheDir: string = defaultVmImageCacheDir
   const work = await mkdtemp(path.join(tmpdir(), 'dsec-vm-image-'));
   try {
     const raw = path.join(work, 'disk.raw');
-    await buildRawDisk(raw, work, kernelVersion, append);
+    await buildRawDisk(raw, work, kernel, append);
     const partial = `${image}.${randomBytes(4).toString('hex')}.partial`;
     await run('qemu-img', ['convert', '-f', 'raw', '-O', 'qcow2', raw, partial]);
     // Read-only: it is the backing file of every test VM's overlay and must never change under them.
@@ -111,7 +99,7 @@ async function fileDigest(file: string): Promise<string> {
  * partition's start from the device, so it is written into the boot sector's
  * "hidden sectors" field by hand (what extlinux would have put there).
  */
-async function buildRawDisk(raw: string, work: string, kernelVersion: string, append: string): Promise<void> {
+async function buildRawDisk(raw: string, work: string, kernel: GuestKernel, append: string): Promise<void> {
   const handle = await open(raw, 'w');
   await handle.truncate(DISK_MIB * 1024 * 1024);
   await handle.close();
@@ -128,7 +116,7 @@ async function buildRawDisk(raw: string, work: string, kernelVersion: string, ap
     await run('mkfs.ext4', ['-q', '-F', '-L', 'dsec-root', '-O', '^64bit,^metadata_csum', '-b', '4096', loop]);
     await run('mount', ['-t', 'ext4', loop, mountPoint]);
     mounted = true;
-    await populateRoot(mountPoint, kernelVersion, append);
+    await populateRoot(mountPoint, kernel, append, path.join(work, 'initramfs'));
     await run('extlinux', ['--install', path.join(mountPoint, 'boot/syslinux')]);
     await run('umount', [mountPoint]);
     mounted = false;
@@ -153,7 +141,7 @@ async function buildRawDisk(raw: string, work: string, kernelVersion: string, ap
 }
 
 /** The root filesystem: busybox, qemu-ga and its libraries, init scripts, kernel, initramfs, syslinux config. */
-async function populateRoot(root: string, kernelVersion: string, append: string): Promise<void> {
+async function populateRoot(root: string, kernel: GuestKernel, append: string, initramfsCache: string): Promise<void> {
   for (const dir of ['bin', 'sbin', 'usr/bin', 'usr/sbin', 'lib64', 'lib/x86_64-linux-gnu', 'dev', 'proc', 'sys', 'run', 'tmp', 'etc/init.d', 'root', 'var', 'boot/syslinux']) {
     await mkdir(path.join(root, dir), { recursive: true });
   }
@@ -186,8 +174,18 @@ async function populateRoot(root: string, kernelVersion: string, append: string)
   // busybox's applet list has /sbin/init -> busybox already; make sure nothing replaced it.
   if ((await readlink(path.join(root, 'sbin/init'))) !== '/bin/busybox') throw new Error('sbin/init is not busybox init');
 
-  await copyFile(path.join(GUEST_KERNEL_DIR, 'vmlinuz'), path.join(root, 'boot/vmlinuz'));
-  await writeFile(path.join(root, 'boot/initrd.img'), await buildInitramfs(kernelVersion));
+  await copyFile(kernel.vmlinuz, path.join(root, 'boot/vmlinuz'));
+  const initramfs = await buildInitramfs(
+    {
+      files: [
+        { target: '/bin/busybox', source: BUSYBOX },
+        { target: '/init', content: initramfsInit(INITRAMFS_MODULES_DIR), mode: 0o755 },
+      ],
+      modules: await resolveKernelModules(kernel.modulesDir, GUEST_MODULES),
+    },
+    initramfsCache,
+  );
+  await copyFile(initramfs.path, path.join(root, 'boot/initrd.img'));
 }
 
 /** What `ldd` lists for a binary: absolute paths of its libraries, the dynamic loader included. */
@@ -204,21 +202,6 @@ async function sharedLibraries(binary: string): Promise<string[]> {
   }
   if (found.size === 0) throw new Error(`ldd lists no libraries for ${binary}`);
   return [...found];
-}
-
-/** A gzip'd cpio initramfs: busybox, the virtio modules in load order, /init, and /dev/console for its output. */
-async function buildInitramfs(kernelVersion: string): Promise<Buffer> {
-  const modules = moduleLoadOrder(path.join(GUEST_KERNEL_DIR, 'modules'), GUEST_MODULES);
-  const names = modules.map((file) => path.basename(file));
-  const entries: CpioEntry[] = [
-    ...['bin', 'dev', 'proc', 'sys', 'newroot', 'lib', 'lib/modules'].map((name) => ({ name, mode: 0o040755 })),
-    { name: 'dev/console', mode: 0o020600, rdev: { major: 5, minor: 1 } },
-    { name: 'bin/busybox', mode: 0o100755, data: await readFile(BUSYBOX) },
-    { name: 'init', mode: 0o100755, data: Buffer.from(initramfsInit(names)) },
-    { name: 'kernel-version', mode: 0o100644, data: Buffer.from(`${kernelVersion}\n`) },
-  ];
-  for (const file of modules) entries.push({ name: `lib/modules/${path.basename(file)}`, mode: 0o100644, data: await readFile(file) });
-  return gzipSync(cpioNewc(entries), { level: 6 });
 }
 
 function runWithInput(command: string, args: readonly string[], input: string): Promise<void> {

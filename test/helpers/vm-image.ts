@@ -4,4 +4,4 @@
  * the name tests import.
  */
 export * from '../../bench/lib/vm-image.js';
-export { GUEST_AGENT_PORT, hostTscKhz } from '../../bench/lib/vm-image-parts.js';
+export { GUEST_AGENT_PORT } from '../../bench/lib/vm-image-parts.js';
