@@ -78,6 +78,16 @@ export interface NodeContext {
    * memory plugin counts mergeable sandboxes.
    */
   sandboxes(): readonly SandboxContext[];
+  /**
+   * Destroy one of the node's sandboxes and create it again from its spec
+   * (same id, nothing of the old one kept), under the sandbox's lock, the way
+   * the reaper renews a fleet's sandbox past its TTL. For backends that pool
+   * sandboxes: FnCall replaces a worker a timed-out task may have left in
+   * any state. Rejects when the create fails (the sandbox is then kept as
+   * failed, for the next apply to replace); an id the node does not hold is
+   * a no-op. Absent where no agent holds the sandboxes.
+   */
+  recreateSandbox?(id: string, reason: string): Promise<void>;
 }
 
 /** A sandbox's cgroup folders, absolute (e.g. /sys/fs/cgroup/memory/dsec/<id>). */

@@ -77,6 +77,7 @@ export class NodeAgent {
       log: options.dsec.log,
       capacity: Object.freeze({ cpu: os.cpus().length, memoryMiB: Math.floor(os.totalmem() / (1024 * 1024)) }),
       sandboxes: () => this.store.all().map((entry) => entry.ctx),
+      recreateSandbox: (id: string, reason: string) => this.recreate(id, reason),
     });
     this.store = new SandboxStore(options.root, this.node);
     this.refusedBy = trackBailer(this.dsec.hooks.admit);
@@ -337,6 +338,18 @@ export class NodeAgent {
       this.log.info(`sandbox ${id}: reaped because ${decision.reason}${replace ? `; re-created for fleet ${spec.labels[LABEL_FLEET]}` : ''}`);
       await this.teardown(entry);
       if (replace) await this.create(spec);
+    });
+  }
+
+  /** NodeContext.recreateSandbox: a backend's pooled sandbox destroyed and created again from its spec, under its lock. */
+  private async recreate(id: string, reason: string): Promise<void> {
+    await this.store.withLock(id, async () => {
+      const entry = this.store.get(id);
+      if (!entry) return;
+      const { spec } = entry.ctx;
+      this.log.info(`sandbox ${id}: re-created because ${reason}`);
+      await this.teardown(entry);
+      await this.create(spec);
     });
   }
 
