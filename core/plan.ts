@@ -149,7 +149,9 @@ export interface FleetState {
     readonly env: Readonly<Record<string, string>>;
     readonly workdir: string;
     readonly user: string;
-    /** Hash of backend + layers + env + workdir + user + network + qos (+ memory sharing when on): a change forces a replace. */
+    /** The environment's disk image, when it names one. */
+    readonly image?: { readonly path: string; readonly format: 'qcow2' | 'raw' };
+    /** Hash of backend + layers + env + workdir + user + network + qos (+ memory sharing when on, backend options and image when set): a change forces a replace. */
     readonly specHash: string;
   };
   readonly sandboxes: Readonly<Record<string, SandboxState>>;

@@ -35,6 +35,8 @@ export {
   type NativeCapability,
   type PrefetchResult,
 } from './native.js';
+/** Config rules a backend applies from its validate tap (a VM backend: its fleets' environments need a disk image). */
+export { checkImageRequired } from './config/backend-rules.js';
 /** One file inside a sandbox's root, resolved by the kernel inside it (for backends whose sandboxes are host processes). */
 export { readFileInRoot, writeFileInRoot, type SandboxRoot, type WriteInRootOptions } from './native-files.js';
 /** The layer store machinery both storage plugins are built from. */

@@ -16,6 +16,7 @@ import type {
   StateModel,
 } from '../model.js';
 import type {
+  DiskImageDocument,
   DsecDocument,
   EnvironmentDocument,
   FleetDocument,
@@ -62,7 +63,7 @@ export function buildModel(document: DsecDocument, file: string): ConfigModel {
     plugins: (document.plugins ?? []).map((plugin) => pluginRef(plugin, dir)),
     layers,
     environments: mapSorted(document.environments ?? {}, (name, environment) =>
-      environmentModel(name, environment, layers),
+      environmentModel(name, environment, layers, dir),
     ),
     fleets: mapSorted(document.fleets ?? {}, fleetModel),
   };
@@ -155,6 +156,7 @@ function environmentModel(
   name: string,
   environment: EnvironmentDocument,
   layers: Readonly<Record<string, LayerModel>>,
+  dir: string,
 ): EnvironmentModel {
   return {
     name,
@@ -162,7 +164,21 @@ function environmentModel(
     env: sortKeys(environment.env ?? {}),
     workdir: environment.workdir ?? DEFAULTS.workdir,
     user: environment.user ?? DEFAULTS.user,
+    ...(environment.image === undefined ? {} : { image: diskImage(environment.image, dir) }),
   };
+}
+
+/** `./disk.qcow2` (the format from the extension: .qcow2, else raw) or `{path, format}`, the path made absolute. */
+function diskImage(image: DiskImageDocument, dir: string): NonNullable<EnvironmentModel['image']> {
+  if (typeof image === 'string') return { path: path.resolve(dir, image), format: image.endsWith('.qcow2') ? 'qcow2' : 'raw' };
+  return { path: path.resolve(dir, image.path), format: image.format };
+}
+
+/** A deep copy with every object's keys sorted, so the same options give the same model (and spec hash). */
+function sortedJson(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortedJson);
+  if (value === null || typeof value !== 'object') return value;
+  return mapSorted(value as Record<string, unknown>, (_key, entry) => sortedJson(entry));
 }
 
 function fleetModel(name: string, fleet: FleetDocument): FleetModel {
@@ -189,6 +205,7 @@ function fleetModel(name: string, fleet: FleetDocument): FleetModel {
       reclaimOnPause: fleet.density?.reclaimOnPause ?? DEFAULTS.reclaimOnPause,
     },
     labels: sortKeys(fleet.labels ?? {}),
+    ...(Object.keys(fleet.backendOptions ?? {}).length === 0 ? {} : { backendOptions: sortedJson(fleet.backendOptions) as Record<string, unknown> }),
     ...(fleet.placement === undefined
       ? {}
       : {

@@ -32,6 +32,14 @@ export type LayerSourceDocument =
   | BuildSourceDocument
   | PublishedSourceDocument;
 /**
+ * A bootable disk image for backends that boot one (backend: vm): a path ending in .qcow2, .raw or .img (the format follows), or { path, format }. A relative path resolves against the config's folder. Treated as immutable, like a layer version: a new path replaces the sandboxes.
+ */
+export type DiskImageDocument = string | DiskImageWithFormat;
+/**
+ * How the file is laid out: qcow2 or raw.
+ */
+export type DiskImageFormat = 'qcow2' | 'raw';
+/**
  * CPU cores (0.5 = half a core) or millicores ("500m"), more than 0 and at most 256. Default: 1
  */
 export type CpuAmount = number | string;
@@ -252,12 +260,20 @@ export interface EnvironmentDocument {
    * The user commands run as: a name or uid[:gid]. Default: root
    */
   user?: string;
+  image?: DiskImageDocument;
 }
 /**
  * Environment variables set in every sandbox of this environment.
  */
 export interface EnvironmentVariables {
   [k: string]: string;
+}
+export interface DiskImageWithFormat {
+  /**
+   * The image file; a relative path resolves against the config's folder.
+   */
+  path: string;
+  format: DiskImageFormat;
 }
 /**
  * Fleets by name: sets of identical sandboxes of one environment on one backend.
@@ -290,6 +306,7 @@ export interface FleetDocument {
   ttl?: TtlDocument;
   density?: DensityDocument;
   placement?: PlacementDocument;
+  backendOptions?: BackendOptions;
   labels?: Labels;
   update?: UpdateDocument;
 }
@@ -336,6 +353,12 @@ export interface PlacementDocument {
  */
 export interface NodeSelector {
   [k: string]: string;
+}
+/**
+ * Options for the fleet's backend alone (a microVM's vmm, a VM's display, an FnCall pool's output cap); the backend plugin checks them. Part of what the sandboxes are: a change replaces them.
+ */
+export interface BackendOptions {
+  [k: string]: unknown;
 }
 /**
  * Labels put on every sandbox of the fleet. Keys starting with dsec.io/ are reserved.

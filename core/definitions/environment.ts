@@ -1,5 +1,5 @@
 import type { Construct } from 'constructs';
-import type { EnvironmentDocument } from '../config/document.generated.js';
+import type { DiskImageDocument, EnvironmentDocument } from '../config/document.generated.js';
 import { defined, DsecConstruct, type ConstructProblem } from './dsec-construct.js';
 import { Layer } from './layer.js';
 
@@ -15,6 +15,12 @@ export interface EnvironmentProps {
   readonly workdir?: string;
   /** The user commands run as, a name or uid[:gid]. @default "root" */
   readonly user?: string;
+  /**
+   * A bootable disk image, for backends that boot one (`backend: 'vm'`): a path ending in
+   * `.qcow2`, `.raw` or `.img` (the format follows), or `{ path, format: 'qcow2' | 'raw' }`.
+   * A relative path resolves against the folder of dsec.ts. @default none
+   */
+  readonly image?: DiskImageDocument;
 }
 
 /** An ordered stack of layers plus env vars, workdir and user. */
@@ -24,6 +30,7 @@ export class Environment extends DsecConstruct {
   readonly env?: Readonly<Record<string, string>>;
   readonly workdir?: string;
   readonly user?: string;
+  readonly image?: DiskImageDocument;
 
   constructor(scope: Construct, id: string, props: EnvironmentProps) {
     super(scope, id);
@@ -31,6 +38,7 @@ export class Environment extends DsecConstruct {
     this.env = props.env === undefined ? undefined : { ...props.env };
     this.workdir = props.workdir;
     this.user = props.user;
+    this.image = typeof props.image === 'object' && props.image !== null ? { ...props.image } : props.image;
   }
 
   toDocument(): EnvironmentDocument {
@@ -40,6 +48,7 @@ export class Environment extends DsecConstruct {
       env: this.env,
       workdir: this.workdir,
       user: this.user,
+      image: this.image,
     });
   }
 

@@ -50,6 +50,12 @@ export interface FleetProps {
    * @default { strategy: 'spread', nodeSelector: {} }
    */
   readonly placement?: PlacementDocument;
+  /**
+   * Options for the backend alone, checked by its plugin (e.g. `{ vmm: 'qemu' }` for a microVM,
+   * `{ display: 'vnc' }` for a VM); see the backend's documentation. A change replaces the sandboxes.
+   * @default none
+   */
+  readonly backendOptions?: Readonly<Record<string, unknown>>;
   /** Labels on every sandbox; keys starting with `dsec.io/` are reserved. @default {} */
   readonly labels?: Readonly<Record<string, string>>;
   /** @default { maxUnavailable: 1 } */
@@ -67,7 +73,7 @@ export class Fleet extends DsecConstruct {
   }
 
   toDocument(): FleetDocument {
-    const { environment, labels, density, placement, ...rest } = this.props;
+    const { environment, labels, density, placement, backendOptions, ...rest } = this.props;
     return defined({
       ...rest,
       environment: typeof environment === 'string' ? environment : environment.name,
@@ -77,6 +83,7 @@ export class Fleet extends DsecConstruct {
           ? undefined
           : defined({ ...placement, nodeSelector: placement.nodeSelector === undefined ? undefined : { ...placement.nodeSelector } }),
       labels: labels === undefined ? undefined : { ...labels },
+      backendOptions: backendOptions === undefined ? undefined : { ...backendOptions },
     });
   }
 

@@ -44,11 +44,13 @@ export function resolveFleet(
     density: fleet.density,
     labels: fleet.labels,
     ...(fleet.placement ? { placement: fleet.placement } : {}),
+    ...(fleet.backendOptions ? { backendOptions: fleet.backendOptions } : {}),
     update: fleet.update,
     layers,
     env: environment.env,
     workdir: environment.workdir,
     user: environment.user,
+    ...(environment.image ? { image: environment.image } : {}),
     specHash: fleetSpecHash(specIdentityOf(fleet, environment, layers)),
   };
 }
@@ -61,7 +63,9 @@ export function displayFleet(attributes: FleetAttributes): Record<string, unknow
     env: attributes.env,
     workdir: attributes.workdir,
     user: attributes.user,
+    ...(attributes.image ? { image: attributes.image } : {}),
     backend: attributes.backend,
+    ...(attributes.backendOptions ? { backendOptions: attributes.backendOptions } : {}),
     replicas: attributes.replicas,
     resources: attributes.resources,
     network: attributes.network,
@@ -101,11 +105,16 @@ export const FORCES_REPLACE: readonly (readonly string[])[] = [
   ['env'],
   ['workdir'],
   ['user'],
+  ['image'],
   ['backend'],
+  ['backendOptions'],
   ['network'],
   ['qos'],
   ['density', 'memorySharing'],
 ];
+
+/** Optional attributes shown only when set: their absence means "none". */
+const ABSENT_MEANS_NONE = new Set(['image', 'backendOptions']);
 
 function valueAt(display: Record<string, unknown>, path: readonly string[]): { found: boolean; value: unknown } {
   let value: unknown = display;
@@ -121,7 +130,9 @@ export function forcingPaths(before: Record<string, unknown> | null, after: Reco
   if (!before) return [];
   return FORCES_REPLACE.filter((path) => {
     const old = valueAt(before, path);
-    return old.found && canonicalJson(old.value) !== canonicalJson(valueAt(after, path).value);
+    // Absent from a state written before the attribute existed: no change. An image or backend options going or coming is one.
+    if (!old.found && !ABSENT_MEANS_NONE.has(path.join('.'))) return false;
+    return canonicalJson(old.value ?? null) !== canonicalJson(valueAt(after, path).value ?? null);
   }).map((path) => [...path]);
 }
 

@@ -53,6 +53,8 @@ const sandboxSpec = {
       required: ['strategy', 'nodeSelector'],
       properties: { strategy: { enum: ['spread', 'pack'] }, nodeSelector: stringMap },
     },
+    backendOptions: { type: 'object' },
+    image: { type: 'object', required: ['path', 'format'], properties: { path: string, format: { enum: ['qcow2', 'raw'] } } },
   },
 } as const;
 

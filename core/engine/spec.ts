@@ -7,6 +7,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import {
   DEFAULT_DENSITY,
   type DensitySettings,
+  type DiskImageRef,
   LABEL_FLEET,
   LABEL_LINEAGE,
   LABEL_SPEC,
@@ -28,6 +29,10 @@ export interface SpecIdentity {
   readonly qos: FleetModel['qos'];
   /** KSM merging is set on a sandbox's processes when they start, so it cannot change in place. */
   readonly memorySharing: boolean;
+  /** The backend's own options: what a VM is made of (its vmm, devices) is fixed when it boots. */
+  readonly backendOptions?: Readonly<Record<string, unknown>>;
+  /** The environment's disk image, by path (an image is immutable: a new one gets a new path). */
+  readonly image?: DiskImageRef;
 }
 
 /**
@@ -46,23 +51,28 @@ export function fleetSpecHash(identity: SpecIdentity): string {
     // Only when on: the hash of every fleet without it stays what it was before
     // density existed, so upgrading dsec replaces no sandbox.
     ...(identity.memorySharing ? { memorySharing: true } : {}),
+    // The same for the backend options and the image: absent or empty, the hash is what it was before them.
+    ...(identity.backendOptions && Object.keys(identity.backendOptions).length > 0 ? { backendOptions: identity.backendOptions } : {}),
+    ...(identity.image ? { image: { path: identity.image.path, format: identity.image.format } } : {}),
   });
   return createHash('sha256').update(canonical).digest('hex');
 }
 
 /** A state written before density existed has no `density` on its fleets: the defaults apply. */
 type DensityPart = { readonly density?: DensitySettings };
-type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels' | 'placement'> &
+type FleetPart = Pick<FleetModel, 'name' | 'backend' | 'resources' | 'network' | 'qos' | 'labels' | 'placement' | 'backendOptions'> &
   DensityPart & { readonly ttl?: FleetModel['ttl'] };
-type EnvironmentPart = Pick<EnvironmentModel, 'env' | 'workdir' | 'user'>;
+type EnvironmentPart = Pick<EnvironmentModel, 'env' | 'workdir' | 'user' | 'image'>;
 
 /** The spec identity of a fleet's sandboxes, from the fleet, its environment and its resolved layers. */
 export function specIdentityOf(
-  fleet: Pick<FleetModel, 'backend' | 'network' | 'qos'> & DensityPart,
+  fleet: Pick<FleetModel, 'backend' | 'network' | 'qos' | 'backendOptions'> & DensityPart,
   environment: EnvironmentPart,
   layers: readonly LayerRef[],
 ): SpecIdentity {
   return {
+    ...(fleet.backendOptions ? { backendOptions: fleet.backendOptions } : {}),
+    ...(environment.image ? { image: environment.image } : {}),
     backend: fleet.backend,
     layers,
     env: environment.env,
@@ -114,6 +124,8 @@ export function sandboxSpecFor(
     qos: fleet.qos,
     ...(Object.keys(ttl).length > 0 ? { ttl } : {}),
     density: { ...densityOf(fleet) },
+    ...(fleet.backendOptions && Object.keys(fleet.backendOptions).length > 0 ? { backendOptions: structuredClone(fleet.backendOptions) } : {}),
+    ...(environment.image ? { image: { path: environment.image.path, format: environment.image.format } } : {}),
     // Read by the cluster provider's placement only; never part of the spec hash (moving nodes is not a change).
     ...(fleet.placement ? { placement: { strategy: fleet.placement.strategy, nodeSelector: { ...fleet.placement.nodeSelector } } } : {}),
     // dsec's own labels win over a user label of the same name.
