@@ -80,6 +80,7 @@ export const ERRORS = Object.freeze({
   DSEC_FUNCTION_INVALID: 'the task for fleet {fleet} is not valid: {message}',
   DSEC_GUEST_UNREACHABLE: 'the guest agent of sandbox {id} does not answer: {message}',
   DSEC_GUEST_BOOT_FAILED: 'sandbox {id} did not boot: {message}',
+  DSEC_GUEST_COMMAND_FAILED: 'the guest agent of sandbox {id} refused {command}: {message}',
   DSEC_VM_IMAGE_INVALID: 'disk image {path} cannot be used: {message}',
   DSEC_VMM_UNAVAILABLE: '{vmm} cannot run here: {message}',
   DSEC_RUNTIME_MISSING: 'no OCI runtime found (looked for {looked}); run scripts/setup.sh',

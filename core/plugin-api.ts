@@ -39,6 +39,12 @@ export {
 export { checkImageRequired } from './config/backend-rules.js';
 /** One file inside a sandbox's root, resolved by the kernel inside it (for backends whose sandboxes are host processes). */
 export { readFileInRoot, writeFileInRoot, type SandboxRoot, type WriteInRootOptions } from './native-files.js';
+/**
+ * The guest agent: GuestAgentClient talks to dsec-guest (native/dsec-guest.c)
+ * or a plain qemu-ga over a unix socket (exec, files, reset); the binary a
+ * backend puts into its guests is at guestAgentBinaryPath().
+ */
+export * from './guest/index.js';
 /** The layer store machinery both storage plugins are built from. */
 export * from './layers/index.js';
 /** The qemu toolkit VM backends are built from: binary, acceleration, QMP, processes, save/restore, initramfs (core/qemu/index.ts). */
