@@ -20,6 +20,7 @@ export const BUILTIN_PLUGINS: readonly string[] = Object.freeze([
   'storage-local',
   'storage-3fs',
   'backend-container',
+  'backend-fncall',
   'density-admission',
   'density-memory',
   'density-reclaim',
@@ -36,12 +37,14 @@ export const BUILTIN_STORAGE_PLUGINS: readonly string[] = Object.freeze(['storag
 
 /**
  * What a node agent loads when told nothing else: the local layer store, the
- * container backend and the density plugins (each switchable with its
- * `enabled` option in a config's `plugins:`).
+ * container backend, the FnCall backend built on it (after it: it checks for
+ * the container backend's file taps when applied) and the density plugins
+ * (each switchable with its `enabled` option in a config's `plugins:`).
  */
 export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
   Object.freeze({ name: 'storage-local', options: Object.freeze({}) }),
   Object.freeze({ name: 'backend-container', options: Object.freeze({}) }),
+  Object.freeze({ name: 'backend-fncall', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-admission', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-memory', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-reclaim', options: Object.freeze({}) }),

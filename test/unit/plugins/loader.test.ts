@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_AGENT_PLUGINS, loadPlugins, mergePluginRefs } from '../../../core/plugins.js';
 
 /** The defaults after the store and the backend (the density plugins), which every merge below keeps as they are. */
-const DENSITY_DEFAULTS = DEFAULT_AGENT_PLUGINS.slice(2);
+const DENSITY_DEFAULTS = DEFAULT_AGENT_PLUGINS.slice(3);
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 let dir: string;
@@ -46,6 +46,7 @@ describe('plugin loader', () => {
     expect(plugins.map((plugin) => plugin.name)).toEqual([
       'storage-local',
       'backend-container',
+      'backend-fncall',
       ...DENSITY_DEFAULTS.map((ref) => ref.name),
       'backend-container',
     ]);
@@ -117,6 +118,7 @@ describe('plugin loader', () => {
     expect(merged).toEqual([
       { name: 'storage-local', options: {} },
       { name: 'backend-container', options: { runtime: 'runc' } },
+      { name: 'backend-fncall', options: {} },
       ...DENSITY_DEFAULTS,
       { name: './policy.mjs', options: {} },
     ]);
@@ -127,6 +129,7 @@ describe('plugin loader', () => {
     expect(merged).toEqual([
       { name: 'storage-3fs', options: { mount: '/mnt/3fs' } },
       { name: 'backend-container', options: {} },
+      { name: 'backend-fncall', options: {} },
       ...DENSITY_DEFAULTS,
     ]);
   });
