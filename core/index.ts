@@ -2,7 +2,17 @@
  * The package's public entry: `import { connect } from 'dsec'`.
  * Plugins import `dsec/plugin` instead (core/plugin-api.ts).
  */
-export { connect, DsecClient, sandboxSpec, execRequest, type ConnectOptions, type CreateSandboxInput, type SnapshotOptions } from './sdk/index.js';
+export {
+  connect,
+  DsecClient,
+  sandboxSpec,
+  execRequest,
+  capabilitiesOf,
+  type ConnectOptions,
+  type CreateSandboxInput,
+  type SnapshotOptions,
+  type WriteFileOptions,
+} from './sdk/index.js';
 export { DsecError, isDsecError, ERRORS, type ErrorCode, type Diagnostic, type SourceLocation } from './errors.js';
 export { Dsec, type DsecPlugin, type DsecPluginModule } from './dsec.js';
 export { STAGE, type Hooks, type Logger, type NodeContext, type SandboxContext, type BackendProbe, type PublishRequest } from './hooks.js';

@@ -6,6 +6,7 @@ import { Command } from 'commander';
 import { registerAgentCommands } from './commands/agent.js';
 import { registerApply } from './commands/apply.js';
 import { registerConfigCommands } from './commands/config.js';
+import { registerFunctionCommands } from './commands/fn.js';
 import { registerLayerCommands } from './commands/layers.js';
 import { registerNodesCommand } from './commands/nodes.js';
 import { registerPlan } from './commands/plan.js';
@@ -45,6 +46,8 @@ Examples:
   $ dsec apply --auto-approve      # make it so
   $ dsec sandbox ls                # what runs
   $ dsec sandbox exec ID -- uname -a
+  $ dsec sandbox write ID /work/in.txt --from in.txt && dsec sandbox read ID /work/out.txt
+  $ dsec fn invoke graders --runtime python3 -c 'print(2 + 2)'
   $ dsec sandbox snapshot ID --as solved@1.0.0 --exclude /root/.token
   $ dsec sandbox pause --label job=rollout-17   # freeze a job's sandboxes, reclaim their memory
   $ dsec nodes                     # capacity, usage, shared and reclaimed memory
@@ -57,6 +60,7 @@ Examples:
   registerApply(program);
   registerStateCommands(program);
   registerSandboxCommands(program);
+  registerFunctionCommands(program);
   registerLayerCommands(program);
   registerNodesCommand(program);
   registerAgentCommands(program);

@@ -81,6 +81,14 @@ function fleetTable(usage: NodeUsage): string {
   return table(rows).replace(/^/gm, '  ');
 }
 
+/** `container: exec, readFile, writeFile...; fncall: invoke`: what each backend can do (from its plugin's taps), or undefined when the node did not say. */
+export function capabilitiesLine(node: NodeInfo | undefined): string | undefined {
+  if (!node?.capabilities) return undefined;
+  const backends = Object.keys(node.capabilities).sort();
+  if (backends.length === 0) return 'none';
+  return backends.map((backend) => `${backend}: ${node.capabilities![backend].join(', ') || 'create and destroy only'}`).join('; ');
+}
+
 /** `healthy, 10.0.0.5:7001` or `unhealthy (no answer within 5000 ms), 10.0.0.6:7001`; empty for the local provider's node. */
 export function healthLine(node: NodeInfo, c: Colors): string {
   if (!node.health) return '';
@@ -104,7 +112,9 @@ export function renderNodeUsage(usages: readonly NodeUsage[], c: Colors, nodes: 
   };
   const sick = unhealthy.map((node) => headline(node.name));
   const blocks = usages.map((usage) => {
+    const backends = capabilitiesLine(infoOf.get(usage.node));
     const lines: [string, string][] = [
+      ...(backends === undefined ? [] : [['backends', backends] as [string, string]]),
       ['sandboxes', sandboxCounts(usage.sandboxes, c)],
       ['cpu', resourceLine(usage, 'cpu')],
       ['memory', resourceLine(usage, 'memoryMiB')],

@@ -9,36 +9,60 @@
  *   const dsec = await connect({ dir: '/path/to/project' });
  *   const box = await dsec.create({ backend: 'container', layers: [base] });
  *   const { stdout } = await dsec.exec(box.id, 'python -V');
+ *   await dsec.writeFile(box.id, '/work/main.py', 'print(1)\n');
+ *   const bytes = await dsec.readFile(box.id, '/work/out.json');          // a Buffer
+ *   const run = await dsec.invoke('graders', { runtime: 'python3', code: 'print(2 + 2)' });   // an FnCall fleet
  *   await dsec.snapshot(box.id, { as: 'solved@1.0.0', exclude: ['/root/.token'] });   // local only
  *   await dsec.pause({ labels: { job: 'rollout-17' } });   // trainer preempted
  *   await dsec.resume({ labels: { job: 'rollout-17' } });
  *   await dsec.destroy(box.id);
  *   await dsec.close();
  */
-import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { asSandboxUpdate, type AgentClient, type SnapshotRequestBody } from '../agent/client.js';
+import { asSandboxUpdate, type AgentClient } from '../agent/client.js';
 import { findConfigFile } from '../config/index.js';
 import { DsecError, isDsecError } from '../errors.js';
-import type {
-  BatchOutcome,
-  DensitySettings,
-  ExecRequest,
-  ExecResult,
-  LayerRecord,
-  LayerRef,
-  NodeInfo,
-  NodeUsage,
-  SandboxInfo,
-  SandboxSpec,
-  SandboxTarget,
-  SandboxTtl,
-  SandboxUpdate,
+import {
+  BACKEND_OPERATIONS,
+  DEFAULT_READ_FILE_BYTES,
+  type BackendOperation,
+  type BatchOutcome,
+  type ExecRequest,
+  type ExecResult,
+  type FunctionResult,
+  type FunctionTask,
+  type LayerRecord,
+  type NodeInfo,
+  type NodeUsage,
+  type SandboxInfo,
+  type SandboxUpdate,
 } from '../live.js';
 import type { LayerModel, PluginRef, Resources } from '../model.js';
 import { createProjectProvider, isLocalProvider, loadProject, type ProjectProvider } from '../project.js';
 import type { Provider } from '../provider.js';
 import { createLocalProvider } from '../../providers/local/index.js';
+import {
+  execRequest,
+  sandboxSpec,
+  sandboxTarget,
+  writeFileRequest,
+  type CreateSandboxInput,
+  type SandboxSelector,
+  type SnapshotOptions,
+  type WriteFileOptions,
+} from './requests.js';
+
+export {
+  DEFAULT_SANDBOX_RESOURCES,
+  execRequest,
+  sandboxSpec,
+  sandboxTarget,
+  writeFileRequest,
+  type CreateSandboxInput,
+  type SandboxSelector,
+  type SnapshotOptions,
+  type WriteFileOptions,
+} from './requests.js';
 
 export interface ConnectOptions {
   /** The project folder (where dsec.yaml or dsec.ts is; without one, the local provider's defaults). @default process.cwd() */
@@ -56,70 +80,6 @@ export interface ConnectOptions {
   /** Told what the provider did that was not asked for (an agent restarted, a sandbox placed elsewhere after a refusal). */
   readonly notice?: (message: string) => void;
 }
-
-/** What `create` takes: a SandboxSpec with everything but backend and layers optional. */
-export interface CreateSandboxInput {
-  /** @default `sbx-<random>` */
-  readonly id?: string;
-  readonly backend: string;
-  /** Bottom to top. */
-  readonly layers: readonly LayerRef[];
-  /** @default cpu 1, memoryMiB 256, pids 256 */
-  readonly resources?: Partial<Resources>;
-  readonly env?: Readonly<Record<string, string>>;
-  readonly labels?: Readonly<Record<string, string>>;
-  /** @default "/" */
-  readonly workdir?: string;
-  /** @default "root" */
-  readonly user?: string;
-  /** @default "best-effort" */
-  readonly qos?: SandboxSpec['qos'];
-  /** Lifetime limits the agent's reaper enforces. @default none */
-  readonly ttl?: SandboxTtl;
-  /** Density switches (memory sharing, reclaim on pause). @default { memorySharing: false, reclaimOnPause: true } */
-  readonly density?: DensitySettings;
-}
-
-/** Which sandboxes `pause`/`resume` act on: one id, a list of ids, or `{ ids?, labels? }`. */
-export type SandboxSelector = string | readonly string[] | SandboxTarget;
-
-/** The selector as the agent takes it. */
-export function sandboxTarget(selector: SandboxSelector): SandboxTarget {
-  if (typeof selector === 'string') return { ids: [selector] };
-  if (Array.isArray(selector)) return { ids: [...(selector as readonly string[])] };
-  return selector as SandboxTarget;
-}
-
-/** What `snapshot` takes: `{ as: 'name@version', kind?: 'workspace', exclude?: ['/root/.token'] }`. */
-export type SnapshotOptions = SnapshotRequestBody;
-
-export const DEFAULT_SANDBOX_RESOURCES: Resources = Object.freeze({ cpu: 1, memoryMiB: 256, pids: 256 });
-
-/** A full SandboxSpec from the short form, defaults filled. */
-export function sandboxSpec(input: CreateSandboxInput): SandboxSpec {
-  return {
-    id: input.id ?? `sbx-${randomBytes(5).toString('hex')}`,
-    backend: input.backend,
-    layers: input.layers.map(({ name, version, digest }) => ({ name, version, digest })),
-    env: { ...input.env },
-    workdir: input.workdir ?? '/',
-    user: input.user ?? 'root',
-    resources: { ...DEFAULT_SANDBOX_RESOURCES, ...input.resources },
-    network: 'none',
-    qos: input.qos ?? 'best-effort',
-    labels: { ...input.labels },
-    ...(input.ttl ? { ttl: { ...input.ttl } } : {}),
-    ...(input.density ? { density: { ...input.density } } : {}),
-  };
-}
-
-/** A string runs through `/bin/sh -c`; an array runs as it is. */
-export function execRequest(command: string | readonly string[] | ExecRequest): ExecRequest {
-  if (typeof command === 'string') return { cmd: ['/bin/sh', '-c', command] };
-  if (Array.isArray(command)) return { cmd: [...(command as readonly string[])] };
-  return command as ExecRequest;
-}
-
 
 /**
  * A project's sandboxes through its provider. Everything the Provider
@@ -173,6 +133,48 @@ export class DsecClient {
 
   async exec(id: string, command: string | readonly string[] | ExecRequest, options: Omit<ExecRequest, 'cmd'> = {}): Promise<ExecResult> {
     return this.provider.exec(id, { ...execRequest(command), ...options });
+  }
+
+  /**
+   * One file from inside a sandbox, as bytes (a paused sandbox is resumed
+   * first). The path is absolute inside the sandbox and resolved there: a
+   * symlink planted inside never leads out of it. Missing: DSEC_FILE_NOT_FOUND;
+   * bigger than `maxBytes` (16 MiB by default, at most 32 MiB):
+   * DSEC_FILE_TOO_LARGE; a backend without file access (see `capabilities`):
+   * DSEC_BACKEND_UNSUPPORTED naming it.
+   */
+  async readFile(id: string, filePath: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
+    const content = await this.provider.readFile(id, { path: filePath, maxBytes: options.maxBytes ?? DEFAULT_READ_FILE_BYTES });
+    return Buffer.from(content.data, 'base64');
+  }
+
+  /** Create or replace one file inside a sandbox (parent folders created, owned by the sandbox's user); a string is written as utf-8. */
+  async writeFile(id: string, filePath: string, data: Buffer | Uint8Array | string, options: WriteFileOptions = {}): Promise<void> {
+    await this.provider.writeFile(id, writeFileRequest(id, filePath, data, options));
+  }
+
+  /**
+   * Run a stateless task on an FnCall fleet's pool (`backend: fncall`): it
+   * waits for a free worker, runs, and the worker is reset. A task past its
+   * timeout is a result with `timedOut: true`, not a throw. A fleet without
+   * workers: DSEC_FUNCTION_NO_WORKERS.
+   */
+  async invoke(fleet: string, task: FunctionTask): Promise<FunctionResult> {
+    return this.provider.invokeFunction(fleet, task);
+  }
+
+  /**
+   * What each backend can do beyond create and destroy (`exec`, `readFile`,
+   * `writeFile`, `pause`, `resume`, `snapshot`, `update`, `usage`,
+   * `invoke`), as the nodes report them from the plugins they run: with a
+   * backend, its operations (the union over healthy nodes; empty when no node
+   * runs it). A call a backend lacks fails with DSEC_BACKEND_UNSUPPORTED.
+   */
+  async capabilities(): Promise<Record<string, BackendOperation[]>>;
+  async capabilities(backend: string): Promise<BackendOperation[]>;
+  async capabilities(backend?: string): Promise<Record<string, BackendOperation[]> | BackendOperation[]> {
+    const merged = capabilitiesOf(await this.provider.nodes());
+    return backend === undefined ? merged : merged[backend] ?? [];
   }
 
   /**
@@ -311,4 +313,20 @@ function configFileIn(dir: string): string | undefined {
     if (isDsecError(error, 'DSEC_CONFIG_NOT_FOUND')) return undefined;
     throw error;
   }
+}
+
+/** Each backend's operations over the healthy nodes (a node of an older agent reports none). */
+export function capabilitiesOf(nodes: readonly NodeInfo[]): Record<string, BackendOperation[]> {
+  const merged = new Map<string, Set<BackendOperation>>();
+  for (const node of nodes) {
+    if (node.health === 'unhealthy') continue;
+    for (const backend of node.backends) merged.set(backend, merged.get(backend) ?? new Set());
+    for (const [backend, operations] of Object.entries(node.capabilities ?? {})) {
+      const set = merged.get(backend) ?? new Set<BackendOperation>();
+      for (const operation of operations) set.add(operation);
+      merged.set(backend, set);
+    }
+  }
+  const order = (a: BackendOperation, b: BackendOperation) => BACKEND_OPERATIONS.indexOf(a) - BACKEND_OPERATIONS.indexOf(b);
+  return Object.fromEntries([...merged.keys()].sort().map((backend) => [backend, [...merged.get(backend)!].sort(order)]));
 }

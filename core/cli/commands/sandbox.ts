@@ -1,5 +1,5 @@
 /**
- * `dsec sandbox ls|exec|snapshot`: look at the sandboxes on the agent, run
+ * `dsec sandbox ls|exec|snapshot` (read and write: sandbox-files.ts): look at the sandboxes on the agent, run
  * commands in them, and turn one's writable layer into a published layer.
  * exec's exit code is the command's, so scripts can use it directly.
  */
@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 import { action, collect, parseKeyValues, parsePositiveInt } from '../command.js';
 import { colors, printJson, table } from '../output.js';
 import { registerSandboxDensityCommands } from './sandbox-density.js';
+import { registerSandboxFileCommands } from './sandbox-files.js';
 import { LABEL_FLEET, type SandboxInfo } from '../../live.js';
 import type { LayerKind } from '../../model.js';
 
@@ -123,6 +124,7 @@ export function registerSandboxCommands(program: Command): void {
     );
 
   registerSandboxDensityCommands(sandbox);
+  registerSandboxFileCommands(sandbox);
 }
 
 async function readStdin(): Promise<string | undefined> {
