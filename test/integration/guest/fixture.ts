@@ -1,0 +1,92 @@
+/**
+ * Guest agents run on the host for the tests: the compiled dsec-guest
+ * listening on a socket in a temp dir (optionally as PID 1 of its own pid
+ * namespace, as in a VM or a FnCall worker), and Debian's qemu-ga in
+ * unix-listen mode. Each is stopped and its dir removed by stop().
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { guestAgentBinaryPath } from '../../../core/guest/binary.js';
+
+export interface RunningAgent {
+  readonly socket: string;
+  /** A scratch dir of the test's own (the socket is in it). */
+  readonly dir: string;
+  readonly process: ChildProcess;
+  /** What the agent wrote to stderr so far. */
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+export const QEMU_GA = '/usr/sbin/qemu-ga';
+
+export function buildGuestAgent(): string {
+  execFileSync('node', ['scripts/build-native.mjs'], { stdio: 'inherit' });
+  return guestAgentBinaryPath();
+}
+
+/** dsec-guest --listen; with pidNamespace it is PID 1 of a new pid namespace (with its own /proc). */
+export async function startDsecGuest(options: { pidNamespace?: boolean } = {}): Promise<RunningAgent> {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-guest-test-'));
+  const socket = join(dir, 'agent.sock');
+  const agent = [guestAgentBinaryPath(), '--listen', socket];
+  const command = options.pidNamespace ? ['unshare', '--pid', '--fork', '--kill-child', '--mount-proc', ...agent] : agent;
+  return start(command, dir, socket);
+}
+
+/** Debian's QEMU guest agent on a unix socket: the agent a full VM's image runs. */
+export async function startQemuGa(): Promise<RunningAgent> {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-qemu-ga-test-'));
+  const socket = join(dir, 'qga.sock');
+  return start([QEMU_GA, '-m', 'unix-listen', '-p', socket, '-t', dir, '-f', join(dir, 'qemu-ga.pid')], dir, socket);
+}
+
+async function start(command: string[], dir: string, socket: string): Promise<RunningAgent> {
+  const child = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const running: RunningAgent = {
+    socket,
+    dir,
+    process: child,
+    stderr: () => stderr,
+    async stop() {
+      try {
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill('SIGKILL');
+          await exited;
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  };
+  // Wait for the socket, so a test's connect timeout measures the agent, not its start.
+  const deadline = Date.now() + 10_000;
+  while (!existsSync(socket)) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      await running.stop();
+      throw new Error(`${command.join(' ')} did not start: ${stderr}`);
+    }
+    await sleep(10);
+  }
+  return running;
+}
+
+/** Whether a host process is still alive (and not a zombie). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
