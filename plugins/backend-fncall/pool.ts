@@ -62,6 +62,13 @@ export class FncallPools {
   private readonly slots = new Map<string, Slot>();
   /** Sandbox ids the agent is destroying and creating again for the pool. */
   private readonly replacing = new Set<string>();
+  /**
+   * Workers given up on: never handed a task again, never asked to be
+   * re-created twice. A re-created worker is a new context (same id), so a
+   * re-create that did not happen (it failed, or the node cannot) ends here
+   * rather than in a loop.
+   */
+  private readonly retired = new WeakSet<SandboxContext>();
   private readonly queues = new Map<string, Waiter[]>();
   private node: NodeContext | undefined;
 
@@ -99,7 +106,7 @@ export class FncallPools {
   }
 
   /** Queue a task for `fleet`; resolves once a worker ran it. `prepare` checks it against the fleet's settings. */
-  invoke(fleet: string, node: NodeContext, prepare: (spec: SandboxContext['spec']) => PreparedTask): Promise<FunctionResult> {
+  async invoke(fleet: string, node: NodeContext, prepare: (spec: SandboxContext['spec']) => PreparedTask): Promise<FunctionResult> {
     this.node = node;
     const workers = this.workersOf(fleet);
     if (workers.length === 0) throw new DsecError('DSEC_FUNCTION_NO_WORKERS', { fleet, where: `node ${node.name}` });
@@ -155,6 +162,8 @@ export class FncallPools {
     const id = ctx.spec.id;
     if (this.slots.get(id)?.ctx === ctx) this.slots.delete(id);
     slot.channel?.close();
+    if (this.retired.has(ctx)) return;
+    this.retired.add(ctx);
     if (this.replacing.has(id)) return;
     const recreate = ctx.node.recreateSandbox;
     if (!recreate) {
@@ -187,7 +196,7 @@ export class FncallPools {
       if (connected && slot.busy) coming++;
       else if (connected && slot.ready && ctx.status === 'running') free.push(slot);
       else if (this.replacing.has(id) || ctx.status === 'creating' || (connected && ctx.status === 'running')) coming++;
-      else if (ctx.status === 'running') {
+      else if (ctx.status === 'running' && !this.retired.has(ctx)) {
         // Running, but not through a connection of ours: adopted from an earlier agent, or its guest went away.
         this.replace({ ctx, ...(slot?.ctx === ctx ? { channel: slot.channel } : {}) }, slot ? 'its guest agent connection closed' : 'it was adopted without a guest agent connection');
         if (this.replacing.has(id)) coming++;

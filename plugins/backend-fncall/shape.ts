@@ -26,11 +26,12 @@ export const GUEST_SOCKET = `${RUN_DIR}/agent.sock`;
 export const WORK_DIR = '/work';
 
 /**
- * Emptied after every task: every place a task can write. `/dev/shm` is the
- * container's own tmpfs, writable by design (POSIX shared memory), and the
- * run dir takes the guest socket file with it (see above).
+ * Emptied after every task: every place a task can write. `/dev/shm` and
+ * `/dev/mqueue` are the container's own (POSIX shared memory and message
+ * queues, writable by design), and the run dir takes the guest socket file
+ * with it (see above).
  */
-export const RESET_PATHS = Object.freeze([WORK_DIR, '/tmp', '/dev/shm', RUN_DIR]);
+export const RESET_PATHS = Object.freeze([WORK_DIR, '/tmp', '/dev/shm', '/dev/mqueue', RUN_DIR]);
 
 /** The host's dsec-guest: the given path (the plugin's guestPath option), or the one this package built. */
 export function findGuestBinary(given?: string): string {
