@@ -9,6 +9,9 @@
  * - provision makes a running sandbox from the layers, with the spec's env;
  * - exec runs a command and reports stdout, stderr and the exit code;
  * - files written by one exec are there for the next (state persists);
+ * - readFile/writeFile move bytes unchanged (parents created), with
+ *   DSEC_FILE_NOT_FOUND and DSEC_FILE_TOO_LARGE, or the backend says by
+ *   name that it has no file access (DSEC_BACKEND_UNSUPPORTED);
  * - update changes the limits of a running sandbox in place;
  * - destroy is idempotent and leaves nothing: no mount below the agent's
  *   root, no sandbox folder, nothing the backend's own `leftovers` finds.
@@ -89,6 +92,28 @@ export function describeBackendConformance(
         expect(read).toMatchObject({ exitCode: 0, stdout: 'state 1' });
       } finally {
         await agent.client.destroySandbox('conf-files');
+      }
+    });
+
+    it('reads and writes files inside the sandbox, or says by name that it cannot', async () => {
+      await agent.client.createSandbox(spec('conf-rw'));
+      try {
+        const can = (await agent.client.node()).capabilities?.[kind] ?? [];
+        const data = Buffer.from([0, 1, 2, 253, 254, 255, 10]).toString('base64');
+        if (!can.includes('writeFile') || !can.includes('readFile')) {
+          await expect(agent.client.writeFile('conf-rw', { path: '/tmp/x', data })).rejects.toMatchObject({ code: 'DSEC_BACKEND_UNSUPPORTED' });
+          await expect(agent.client.readFile('conf-rw', { path: '/tmp/x' })).rejects.toThrow(`backend ${kind} does not support readFile`);
+          return;
+        }
+        await agent.client.writeFile('conf-rw', { path: '/tmp/conformance/deep/file.bin', data, mode: 0o600 });
+        expect(await agent.client.readFile('conf-rw', { path: '/tmp/conformance/deep/file.bin' })).toEqual({ path: '/tmp/conformance/deep/file.bin', data, size: 7 });
+        expect((await agent.client.exec('conf-rw', { cmd: ['/bin/sh', '-c', 'echo inside > /tmp/conformance/from-exec'] })).exitCode).toBe(0);
+        const fromExec = await agent.client.readFile('conf-rw', { path: '/tmp/conformance/from-exec' });
+        expect(Buffer.from(fromExec.data, 'base64').toString()).toBe('inside\n');
+        await expect(agent.client.readFile('conf-rw', { path: '/tmp/conformance/none' })).rejects.toMatchObject({ code: 'DSEC_FILE_NOT_FOUND' });
+        await expect(agent.client.readFile('conf-rw', { path: '/tmp/conformance/deep/file.bin', maxBytes: 3 })).rejects.toMatchObject({ code: 'DSEC_FILE_TOO_LARGE' });
+      } finally {
+        await agent.client.destroySandbox('conf-rw');
       }
     });
 
