@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DsecError } from '../../../core/errors.js';
+import { MAX_FILE_BYTES } from '../../../core/live.js';
 import { REPO, TestAgent } from '../../helpers/agent-fixture.js';
 
 let agent: TestAgent;
@@ -58,6 +59,17 @@ describe('container file calls', () => {
     await agent.client.writeFile('files-a', { path: '/empty', data: '' });
     expect((await agent.client.readFile('files-a', { path: '/empty' })).size).toBe(0);
   });
+
+  it('carries a file of exactly the 32 MiB ceiling both ways, and refuses a few bytes more with DSEC_FILE_TOO_LARGE', async () => {
+    const bytes = randomBytes(MAX_FILE_BYTES);
+    await agent.client.writeFile('files-a', { path: '/tmp/max.bin', data: bytes.toString('base64') });
+    const read = await agent.client.readFile('files-a', { path: '/tmp/max.bin', maxBytes: MAX_FILE_BYTES });
+    expect(read.size).toBe(MAX_FILE_BYTES);
+    expect(Buffer.from(read.data, 'base64').equals(bytes)).toBe(true);
+    const over = await caught(agent.client.writeFile('files-a', { path: '/tmp/over.bin', data: Buffer.alloc(MAX_FILE_BYTES + 3).toString('base64') }));
+    expect(over.code).toBe('DSEC_FILE_TOO_LARGE');
+    await agent.client.exec('files-a', { cmd: ['rm', '/tmp/max.bin'] });
+  }, 60_000);
 
   it('reads a file on a mount inside the sandbox (/dev/shm), as its processes see it', async () => {
     await agent.client.exec('files-a', { cmd: ['sh', '-c', 'echo on tmpfs > /dev/shm/t'] });
