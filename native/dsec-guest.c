@@ -180,7 +180,7 @@ static void handle_lines(void) {
   size_t length, consume;
   if (transport.too_long) {
     transport.too_long = 0;
-    send_answer(NULL, NULL, "GenericError", "the request line is longer than the agent accepts (64 MiB)", NULL);
+    send_answer(NULL, NULL, "GenericError", "the request line is longer than the agent accepts (32 MiB)", NULL);
   }
   while (pending == NULL && transport_next_line(&transport, &line, &length, &consume)) {
     size_t start = 0;

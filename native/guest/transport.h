@@ -11,8 +11,9 @@
 #include <stdint.h>
 #include "json.h"
 
-/* The longest request line; longer ones are dropped with an error answer. */
-#define MAX_REQUEST_LINE (64u * 1024 * 1024)
+/* The longest request line; longer ones are dropped with an error answer. The
+   host client sends files in chunks of a few MiB; this bounds a guest's memory. */
+#define MAX_REQUEST_LINE (32u * 1024 * 1024)
 #define QGA_PORT_NAME "org.qemu.guest_agent.0"
 
 struct transport {

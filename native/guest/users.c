@@ -30,9 +30,10 @@ static int parse_id(const char *text, unsigned long *out) {
 static int find_passwd(const char *name, uid_t uid, struct user *out) {
   FILE *file = fopen("/etc/passwd", "re");
   if (file == NULL) return 0;
-  char line[1024];
+  char *line = NULL;
+  size_t capacity = 0;
   int found = 0;
-  while (!found && fgets(line, sizeof line, file) != NULL) {
+  while (!found && getline(&line, &capacity, file) >= 0) {
     line[strcspn(line, "\n")] = 0;
     char *f[7];
     if (split_fields(line, f, 7) < 7) continue;
@@ -45,6 +46,7 @@ static int find_passwd(const char *name, uid_t uid, struct user *out) {
     snprintf(out->name, sizeof out->name, "%s", f[0]);
     found = 1;
   }
+  free(line);
   fclose(file);
   return found;
 }
@@ -56,8 +58,9 @@ static void add_supplementary_groups(struct user *user) {
   if (user->name[0] == 0) return;
   FILE *file = fopen("/etc/group", "re");
   if (file == NULL) return;
-  char line[4096];
-  while (user->group_count < MAX_GROUPS && fgets(line, sizeof line, file) != NULL) {
+  char *line = NULL;
+  size_t capacity = 0;
+  while (user->group_count < MAX_GROUPS && getline(&line, &capacity, file) >= 0) {
     line[strcspn(line, "\n")] = 0;
     char *f[4];
     unsigned long g;
@@ -65,6 +68,7 @@ static void add_supplementary_groups(struct user *user) {
     for (char *member = strtok(f[3], ","); member != NULL; member = strtok(NULL, ","))
       if (strcmp(member, user->name) == 0) { user->groups[user->group_count++] = (gid_t)g; break; }
   }
+  free(line);
   fclose(file);
 }
 

@@ -91,6 +91,18 @@ describe('dsec-guest on a virtio-serial port', () => {
     }
   }, 120_000);
 
+  it('resets the VM: kills every process but itself (kernel threads are not counted) and empties directories', async () => {
+    const client = await connect();
+    try {
+      await client.exec({ path: '/bin/sh', args: ['-c', 'mkdir -p /tmp/work/sub && touch /tmp/work/sub/f; sleep 1000 & setsid sleep 1001 & exit 0'] });
+      expect(await client.reset(['/tmp/work'])).toEqual({ killed: 2 });
+      const after = await client.exec({ path: '/bin/sh', args: ['-c', 'ls -A /tmp/work; pgrep sleep; true'] });
+      expect(after.stdout.toString()).toBe('');
+    } finally {
+      client.close();
+    }
+  }, 120_000);
+
   it('serves each new host connection after the last one went away', async () => {
     for (let round = 0; round < 3; round++) {
       const client = await connect();
