@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GuestAgentClient } from '../../../core/guest/index.js';
-import { buildInitramfs, extractVmlinux, findGuestKernel, hostTscRate, resolveKernelModules } from '../../../core/qemu/index.js';
+import { buildInitramfs, findGuestKernel, hostTscRate, resolveKernelModules } from '../../../core/qemu/index.js';
 import { buildGuestAgent } from './fixture.js';
 
 const INIT = `#!/bin/busybox sh
@@ -41,13 +41,12 @@ beforeAll(async () => {
     { files: [{ target: '/bin/busybox', source: '/bin/busybox' }, { target: '/dsec-guest', source: agentBinary }, { target: '/init', content: INIT, mode: 0o755 }], modules },
     dir,
   );
-  const vmlinux = await extractVmlinux(kernel.vmlinuz, dir);
   const tsc = await hostTscRate();
   socket = join(dir, 'agent.sock');
   qemu = spawn('qemu-system-x86_64', [
     '-M', 'microvm,acpi=on', '-accel', 'tcg', '-m', '256M', '-smp', '1',
     '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot', '-serial', 'stdio',
-    '-kernel', vmlinux.path ?? kernel.vmlinuz, '-initrd', initrd.path,
+    '-kernel', kernel.vmlinuz, '-initrd', initrd.path,
     '-append', `console=ttyS0 panic=-1 quiet${tsc ? ` tsc_early_khz=${tsc.khz}` : ''}`,
     '-device', 'virtio-serial-device',
     '-chardev', `socket,id=agent,path=${socket},server=on,wait=off`,
