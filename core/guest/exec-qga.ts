@@ -27,6 +27,10 @@ const WRAPPER = [
   'dir=$1; user=$2; shift 2',
   'if [ -n "$dir" ]; then cd -- "$dir" 2>/dev/null || { echo "dsec-exec-setup: failed to change directory to $dir" >&2; exit 126; }; fi',
   'session=; if command -v setsid >/dev/null 2>&1; then session=setsid; fi',
+  // HOME as dsec-guest sets it (qemu-ga passes only the env given): the user's home, else /root for root, else /.
+  'if [ -z "${HOME+set}" ]; then',
+  '  HOME=$(getent passwd "${user%%:*}" 2>/dev/null | cut -d: -f6); [ -n "$HOME" ] || { [ -z "$user" ] && HOME=/root || HOME=/; }; export HOME',
+  'fi',
   'if [ -n "$user" ]; then',
   '  case $user in',
   '    *:*) exec $session setpriv --reuid="${user%%:*}" --regid="${user#*:}" --clear-groups -- "$@";;',
