@@ -149,6 +149,17 @@ describe('FnCall pool', () => {
     expect(nobody).toMatchObject({ code: 'DSEC_FUNCTION_NO_WORKERS', message: expect.stringContaining('fleet nobody has no FnCall workers') });
   });
 
+  it('advertises invoke beside the container calls, which work on a worker as on any container sandbox', async () => {
+    const node = await agent.client.node();
+    expect(node.backends).toEqual(['container', 'fncall']);
+    expect(node.capabilities?.fncall).toEqual(expect.arrayContaining(['exec', 'readFile', 'writeFile', 'update', 'pause', 'resume', 'usage', 'invoke']));
+    expect(node.capabilities?.fncall).not.toContain('snapshot');
+    expect(node.capabilities?.container).not.toContain('invoke');
+    const listed = await agent.client.exec('solo-0', { cmd: ['/bin/sh', '-c', 'cat /proc/1/cmdline | tr "\\0" " "'] });
+    expect(listed.stdout).toBe('/.dsec/guest --listen /.dsec/run/agent.sock ');
+    expect(Buffer.from((await agent.client.readFile('solo-0', { path: '/etc/passwd' })).data, 'base64').toString()).toContain('root:x:0:0');
+  });
+
   it('leaves no container, mount or cgroup of a destroyed worker', async () => {
     const [worker] = await createFleet(agent, 'gone', 1);
     expect((await invoke(agent, 'gone', { runtime: 'sh', code: 'echo up' })).stdout).toBe('up\n');
