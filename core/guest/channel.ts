@@ -16,6 +16,8 @@ import { DsecError } from '../errors.js';
 /** The longest answer line accepted: two streams of 32 MiB of exec output, base64, and room. */
 export const MAX_ANSWER_LINE = 128 * 1024 * 1024;
 const SENTINEL = 0xff;
+/** setTimeout's largest delay (a larger one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** The guest answered {"error": {...}}: a command that ran and failed (not an unreachable guest). */
 export class GuestCommandError extends Error {
@@ -145,7 +147,7 @@ export class GuestChannel {
         finish();
         this.needsSync = true; // its answer may still come: never take it for the next one's
         reject(this.unreachable(`no answer to ${command} within ${timeoutMs} ms`));
-      }, timeoutMs);
+      }, Math.min(Math.max(timeoutMs, 1), MAX_TIMER_MS));
       const finish = () => {
         clearTimeout(timer);
         this.waiter = undefined;

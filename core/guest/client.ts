@@ -19,6 +19,7 @@ import {
   DEFAULT_EXEC_TIMEOUT_MS,
   DEFAULT_MAX_OUTPUT_BYTES,
   EXEC_ANSWER_MARGIN_MS,
+  MAX_EXEC_TIMEOUT_MS,
   MAX_GUEST_OUTPUT_BYTES,
   type GuestAgentInfo,
   type GuestConnectOptions,
@@ -114,8 +115,8 @@ export class GuestAgentClient {
 
   async exec(request: GuestExecRequest): Promise<GuestExecResult> {
     const info = await this.info();
-    const limit = Math.min(request.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES, MAX_GUEST_OUTPUT_BYTES);
-    const checked = { ...request, maxOutputBytes: limit };
+    const limit = Math.max(0, Math.min(Math.floor(request.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES), MAX_GUEST_OUTPUT_BYTES));
+    const checked = { ...request, maxOutputBytes: Number.isFinite(limit) ? limit : DEFAULT_MAX_OUTPUT_BYTES, timeoutMs: execTimeout(request.timeoutMs) };
     try {
       return await (info.dsec ? this.execWithDsec(checked) : execWithQga(this.channel, checked));
     } catch (error) {
@@ -148,8 +149,8 @@ export class GuestAgentClient {
     return { killed: reader.integer(answer.killed, 'killed') };
   }
 
-  private async execWithDsec(request: GuestExecRequest & { maxOutputBytes: number }): Promise<GuestExecResult> {
-    const timeoutMs = request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+  private async execWithDsec(request: GuestExecRequest & { maxOutputBytes: number; timeoutMs: number }): Promise<GuestExecResult> {
+    const { timeoutMs } = request;
     const stdin = request.stdin === undefined ? undefined : Buffer.from(request.stdin);
     const answer = await this.call('dsec-exec', {
       path: request.path,
@@ -185,6 +186,12 @@ export class GuestAgentClient {
       throw commandFailed(this.id, error);
     }
   }
+}
+
+/** The exec's own timeout: the default when absent or not positive, at most what a timer can wait. */
+export function execTimeout(timeoutMs: number | undefined): number {
+  if (timeoutMs === undefined || !Number.isFinite(timeoutMs) || timeoutMs <= 0) return DEFAULT_EXEC_TIMEOUT_MS;
+  return Math.min(Math.ceil(timeoutMs), MAX_EXEC_TIMEOUT_MS);
 }
 
 /** A guest's error answer (bad arguments, a user or cwd it lacks) as DSEC_GUEST_COMMAND_FAILED; other errors as they are. */

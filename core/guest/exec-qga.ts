@@ -42,7 +42,7 @@ const WRAPPER = [
 ].join('\n');
 
 export async function execWithQga(channel: GuestChannel, request: GuestExecRequest): Promise<GuestExecResult> {
-  const timeoutMs = request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+  const timeoutMs = request.timeoutMs !== undefined && request.timeoutMs > 0 ? request.timeoutMs : DEFAULT_EXEC_TIMEOUT_MS;
   const limit = request.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
   const env = { PATH: BASE_PATH, ...request.env };
   const started = performance.now();

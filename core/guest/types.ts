@@ -26,8 +26,9 @@ export interface GuestExecRequest {
   readonly cwd?: string;
   /** `root`, a uid, `uid:gid`, or a user name of the guest's /etc/passwd. @default the agent's user (root) */
   readonly user?: string;
+  /** Sent inline with the request: at most about 20 MiB (the agent refuses longer request lines). */
   readonly stdin?: Buffer | string;
-  /** The process group is killed after this long. @default 60000 */
+  /** The process group is killed after this long (a value that is not positive means the default). @default 60000 */
   readonly timeoutMs?: number;
   /** Per stream; output past it is dropped and `truncated` set. @default 1 MiB, at most 32 MiB */
   readonly maxOutputBytes?: number;
@@ -45,6 +46,8 @@ export interface GuestExecResult {
 }
 
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+/** The longest exec timeout (what dsec-guest and a host timer accept); the answer's wait adds EXEC_ANSWER_MARGIN_MS. */
+export const MAX_EXEC_TIMEOUT_MS = 2 ** 31 - 1 - 60_000;
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 /** The most either agent keeps per stream (dsec-guest's bound; qemu-ga keeps 16 MB). */
 export const MAX_GUEST_OUTPUT_BYTES = 32 * 1024 * 1024;

@@ -167,6 +167,20 @@ describe('GuestAgentClient with a misbehaving guest', () => {
     expect(Date.now() - started).toBeLessThan(2_000);
   });
 
+  it('sends dsec-exec the default timeout for a missing or non-positive one, and output limits within 0..32 MiB', async () => {
+    const seen: Record<string, unknown>[] = [];
+    const path = await fakeAgent((request, socket) => {
+      seen.push(request.arguments ?? {});
+      socket.write(`${JSON.stringify({ return: { exitcode: 0, 'out-data': '', 'err-data': '', 'duration-ms': 0 } })}\n`);
+    });
+    const client = await connect(path);
+    await client.exec({ path: 'true' });
+    await client.exec({ path: 'true', timeoutMs: 0, maxOutputBytes: -5 });
+    await client.exec({ path: 'true', timeoutMs: 1.5, maxOutputBytes: 1e12, env: { A: '1' }, args: ['x'], stdin: '' });
+    expect(seen.map((args) => [args['timeout-ms'], args['max-output']])).toEqual([[60_000, 1024 * 1024], [60_000, 0], [2, 32 * 1024 * 1024]]);
+    expect(seen[2]).toEqual({ path: 'true', arg: ['x'], env: ['A=1'], 'timeout-ms': 2, 'max-output': 32 * 1024 * 1024 });
+  });
+
   it('treats an agent without the dsec commands as a plain QEMU guest agent', async () => {
     const path = await fakeAgent(() => {}, socketPath(), ['guest-exec', 'dsec-exec']);
     const client = await connect(path);
