@@ -14,7 +14,7 @@ import { DsecError } from '../errors.js';
 import { AnswerReader } from './answers.js';
 import { GuestChannel, GuestCommandError } from './channel.js';
 import { execWithQga } from './exec-qga.js';
-import { readGuestFile, writeGuestFile } from './files.js';
+import { readGuestFile, statGuestPath, writeGuestFile, type GuestFileStat } from './files.js';
 import {
   DEFAULT_EXEC_TIMEOUT_MS,
   DEFAULT_MAX_OUTPUT_BYTES,
@@ -127,6 +127,11 @@ export class GuestAgentClient {
   /** A file's bytes: DSEC_FILE_NOT_FOUND, DSEC_FILE_TOO_LARGE (over maxBytes) or DSEC_FILE_INVALID (a directory, no access). */
   async readFile(path: string, maxBytes: number): Promise<Buffer> {
     return readGuestFile({ channel: this.channel, dsec: (await this.info()).dsec }, path, maxBytes);
+  }
+
+  /** What a path is (file, dir, other, missing; symlinks followed) and a file's size. */
+  async stat(path: string): Promise<GuestFileStat> {
+    return statGuestPath({ channel: this.channel, dsec: (await this.info()).dsec }, path);
   }
 
   /** Create or replace a file, its parent directories created, with permission bits `mode`. */

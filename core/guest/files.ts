@@ -21,18 +21,43 @@ export interface FileSession {
   readonly dsec: boolean;
 }
 
+export interface GuestFileStat {
+  /** What the path is, symlinks followed. */
+  readonly type: 'file' | 'dir' | 'other' | 'missing';
+  /** Bytes (0 when missing). */
+  readonly size: number;
+}
+
+const STAT_TYPES = new Set(['file', 'dir', 'other', 'missing']);
+
+/** dsec-stat, or for qemu-ga the shell's tests (symlinks followed either way). */
+export async function statGuestPath(session: FileSession, path: string): Promise<GuestFileStat> {
+  const id = session.channel.sandboxId;
+  checkPath(id, path);
+  if (!session.dsec) {
+    const script = 'if [ -d "$1" ]; then t=dir; elif [ -f "$1" ]; then t=file; elif [ -e "$1" ]; then t=other; else echo missing 0; exit 0; fi; echo $t $(wc -c < "$1" 2>/dev/null || echo 0)';
+    const result = await execWithQga(session.channel, { path: '/bin/sh', args: ['-c', script, 'dsec', path], timeoutMs: FILE_CALL_TIMEOUT_MS, maxOutputBytes: 256 });
+    const [type, size] = result.stdout.toString('utf8').trim().split(/\s+/);
+    if (result.exitCode !== 0 || !STAT_TYPES.has(type ?? '')) throw new DsecError('DSEC_FILE_INVALID', { id, path, message: `cannot tell what it is: ${result.stderr.toString('utf8').trim() || result.stdout.toString('utf8').trim()}` });
+    return { type: type as GuestFileStat['type'], size: type === 'file' ? Number(size) || 0 : 0 };
+  }
+  const reader = new AnswerReader(id, 'dsec-stat');
+  const stat = reader.object(await fileCall(session, path, 'dsec-stat', { path }));
+  const type = reader.string(stat.type, 'type');
+  if (!STAT_TYPES.has(type)) throw reader.invalid(`type ${JSON.stringify(type.slice(0, 20))} is none of file, dir, other, missing`);
+  return { type: type as GuestFileStat['type'], size: reader.integer(stat.size, 'size') };
+}
+
 export async function readGuestFile(session: FileSession, path: string, maxBytes: number): Promise<Buffer> {
   const { channel } = session;
   const id = channel.sandboxId;
   checkPath(id, path);
   if (session.dsec) {
-    const reader = new AnswerReader(id, 'dsec-stat');
-    const stat = reader.object(await fileCall(session, path, 'dsec-stat', { path }));
-    const type = reader.string(stat.type, 'type');
+    // One round trip tells a missing file, a directory and a file too large apart before opening anything.
+    const { type, size } = await statGuestPath(session, path);
     if (type === 'missing') throw new DsecError('DSEC_FILE_NOT_FOUND', { id, path });
     if (type === 'dir') throw new DsecError('DSEC_FILE_INVALID', { id, path, message: 'it is a directory' });
     if (type !== 'file') throw new DsecError('DSEC_FILE_INVALID', { id, path, message: 'it is not a regular file' });
-    const size = reader.integer(stat.size, 'size');
     if (size > maxBytes) throw new DsecError('DSEC_FILE_TOO_LARGE', { id, path, size, limit: maxBytes });
   }
   const handle = await openFile(session, path, 'r');

@@ -93,4 +93,13 @@ describe('dsec-guest files', () => {
     symlinkSync(join(agent.dir, 'target.txt'), join(agent.dir, 'link.txt'));
     expect((await client.readFile(join(agent.dir, 'link.txt'), 100)).toString()).toBe('target');
   });
+  it('tells a file (with its size), a directory, something else and nothing apart with stat', async () => {
+    writeFileSync(join(agent.dir, 'sized'), Buffer.alloc(1234));
+    mkdirSync(join(agent.dir, 'stat-dir'), { recursive: true });
+    expect(await client.stat(join(agent.dir, 'sized'))).toEqual({ type: 'file', size: 1234 });
+    expect(await client.stat(join(agent.dir, 'stat-dir'))).toMatchObject({ type: 'dir' });
+    expect(await client.stat('/dev/null')).toMatchObject({ type: 'other' });
+    expect(await client.stat(join(agent.dir, 'nothing'))).toEqual({ type: 'missing', size: 0 });
+    expect(await client.stat(join(agent.dir, 'sized/below'))).toEqual({ type: 'missing', size: 0 });
+  });
 });

@@ -116,4 +116,13 @@ describe('GuestAgentClient with qemu-ga', () => {
     const results = await Promise.all(Array.from({ length: 20 }, (_, i) => client.exec({ path: 'echo', args: [String(i)] })));
     expect(results.map((result) => result.stdout.toString())).toEqual(Array.from({ length: 20 }, (_, i) => `${i}\n`));
   });
+  it('tells a file (with its size), a directory, something else and nothing apart with stat', async () => {
+    writeFileSync(join(agent.dir, 'sized'), Buffer.alloc(1234));
+    mkdirSync(join(agent.dir, 'stat-dir'), { recursive: true });
+    expect(await client.stat(join(agent.dir, 'sized'))).toEqual({ type: 'file', size: 1234 });
+    expect(await client.stat(join(agent.dir, 'stat-dir'))).toMatchObject({ type: 'dir' });
+    expect(await client.stat('/dev/null')).toMatchObject({ type: 'other' });
+    expect(await client.stat(join(agent.dir, 'nothing'))).toEqual({ type: 'missing', size: 0 });
+    expect(await client.stat(join(agent.dir, 'sized/below'))).toEqual({ type: 'missing', size: 0 });
+  });
 });
