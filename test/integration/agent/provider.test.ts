@@ -41,7 +41,7 @@ describe('local provider', () => {
   it('starts the agent with the built-in plugins on first use', async () => {
     expect((await agentStatus(provider.root)).running).toBe(false);
     const [node] = await provider.nodes();
-    expect(node.backends).toEqual(['container']);
+    expect(node.backends).toEqual(expect.arrayContaining(['container', 'fncall']));
     expect(provider.root).toBe(path.join(stateDir, 'agent'));
     expect((await agentStatus(provider.root)).running).toBe(true);
   });
