@@ -23,16 +23,21 @@ export interface RunningAgent {
 
 export const QEMU_GA = '/usr/sbin/qemu-ga';
 
+/** The agent binary the tests run: the build's, or DSEC_TEST_GUEST_AGENT (e.g. a build with -fsanitize=address,undefined). */
+export function guestAgentUnderTest(): string {
+  return process.env.DSEC_TEST_GUEST_AGENT || guestAgentBinaryPath();
+}
+
 export function buildGuestAgent(): string {
   execFileSync('node', ['scripts/build-native.mjs'], { stdio: 'inherit' });
-  return guestAgentBinaryPath();
+  return guestAgentUnderTest();
 }
 
 /** dsec-guest --listen; with pidNamespace it is PID 1 of a new pid namespace (with its own /proc). */
 export async function startDsecGuest(options: { pidNamespace?: boolean } = {}): Promise<RunningAgent> {
   const dir = mkdtempSync(join(tmpdir(), 'dsec-guest-test-'));
   const socket = join(dir, 'agent.sock');
-  const agent = [guestAgentBinaryPath(), '--listen', socket];
+  const agent = [guestAgentUnderTest(), '--listen', socket];
   const command = options.pidNamespace ? ['unshare', '--pid', '--fork', '--kill-child', '--mount-proc', ...agent] : agent;
   return start(command, dir, socket);
 }
@@ -63,6 +68,8 @@ async function start(command: string[], dir: string, socket: string): Promise<Ru
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
+      // A sanitizer build (DSEC_TEST_GUEST_AGENT) reports memory and undefined-behaviour errors on stderr.
+      if (/Sanitizer|runtime error/.test(stderr)) throw new Error(`the agent reported errors:\n${stderr.slice(0, 4000)}`);
     },
   };
   // Wait for the socket, so a test's connect timeout measures the agent, not its start.

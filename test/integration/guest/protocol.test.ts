@@ -178,6 +178,40 @@ describe('dsec-guest protocol', () => {
     expect(JSON.parse((await conn.next()).toString())).toEqual({ return: {}, id: 1 });
   });
 
+  it('survives thousands of random and mutated requests, answering each line', async () => {
+    const conn = await raw();
+    const valid = [
+      '{"execute":"guest-sync","arguments":{"id":"x\\u00e9\\ud83d\\ude00"}}',
+      '{"execute":"dsec-stat","arguments":{"path":"/etc/passwd"}}',
+      '{"execute":"guest-file-read","arguments":{"handle":1000,"count":10}}',
+      '{"execute":"guest-exec-status","arguments":{"pid":1}}',
+      `{"execute":"dsec-mkdirs","arguments":{"path":"${agent.dir}/fuzz/x","mode":493}}`,
+      '{"execute":"guest-file-seek","arguments":{"handle":1,"offset":-1e300,"whence":"end"}}',
+    ];
+    let seed = 12345;
+    const random = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    for (let i = 0; i < 3000; i++) {
+      let line: Buffer;
+      if (i % 3 === 0) {
+        line = Buffer.from(Array.from({ length: 1 + random(200) }, () => random(256)));
+      } else {
+        line = Buffer.from(valid[random(valid.length)]!);
+        for (let flips = 1 + random(4); flips > 0; flips--) line[random(line.length)] = random(256);
+        if (random(2) === 0) line = line.subarray(0, random(line.length));
+      }
+      line = Buffer.from(line.filter((byte) => byte !== 0x0a && byte !== 0xff));
+      if (line.toString('latin1').trim() === '') continue;
+      conn.send(Buffer.concat([line, Buffer.from('\n')]));
+      const answer = JSON.parse((await conn.next()).toString('utf8'));
+      expect('return' in answer || 'error' in answer, line.toString('latin1')).toBe(true);
+    }
+    expect(await conn.ask('{"execute":"guest-ping"}')).toEqual({ return: {} });
+    expect(agent.process.exitCode).toBeNull();
+  });
+
   it('serves the next connection after a client hangs up mid-request and after one that only sent garbage', async () => {
     const first = await raw();
     first.send('{"execute":"dsec-exec","arguments":{"path":"/bin/sleep","arg":["0.2"]}}\n{"execute":"guest-pi');
