@@ -69,8 +69,11 @@ int cmd_file_open(const struct json *args, struct buffer *out, char *error, size
   for (int i = 0; i < MAX_HANDLES && slot == NULL; i++)
     if (handles[i].id == 0) slot = &handles[i];
   if (slot == NULL) { snprintf(error, size, "too many open files (%d)", MAX_HANDLES); return -1; }
-  int fd = open(path, flags | O_CLOEXEC | O_NOCTTY, 0666);
+  /* Non-blocking open: a FIFO without a writer (or a device waiting for a carrier)
+     must not hang the agent; reads and writes then block as usual. */
+  int fd = open(path, flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
   if (fd < 0) return fail(error, size, "failed to open file '%s': %s", path);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   slot->fd = fd;
   slot->id = next_handle++;
   buffer_printf(out, "%lld", (long long)slot->id);

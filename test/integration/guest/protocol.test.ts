@@ -5,6 +5,7 @@
  * a plain QGA client uses them, and connections coming and going. Whatever
  * arrives, the agent answers with an error and keeps serving.
  */
+import { execFileSync } from 'node:child_process';
 import { createConnection, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { GuestAgentClient } from '../../../core/guest/index.js';
@@ -166,6 +167,14 @@ describe('dsec-guest protocol', () => {
     expect((await conn.ask(`{"execute":"guest-file-read","arguments":{"handle":${h},"count":3}}`)).return).toEqual({ count: 1, 'buf-b64': Buffer.from('9').toString('base64'), eof: true });
     expect((await conn.ask(`{"execute":"guest-file-read","arguments":{"handle":${h},"count":99999999}}`)).error.desc).toContain("'count'");
     await conn.ask(`{"execute":"guest-file-close","arguments":{"handle":${h}}}`);
+  });
+
+  it('opens a FIFO nobody writes to without hanging, and reads it as empty', async () => {
+    const conn = await raw();
+    execFileSync('mkfifo', [`${agent.dir}/fifo`]);
+    const handle = (await conn.ask(`{"execute":"guest-file-open","arguments":{"path":"${agent.dir}/fifo"}}`)).return;
+    expect((await conn.ask(`{"execute":"guest-file-read","arguments":{"handle":${handle}}}`)).return).toEqual({ count: 0, 'buf-b64': '', eof: true });
+    await conn.ask(`{"execute":"guest-file-close","arguments":{"handle":${handle}}}`);
   });
 
   it('drops a request line longer than 32 MiB with an error and answers the next one', async () => {
