@@ -8,10 +8,11 @@ export const GUEST_AGENT_PORT = 'org.qemu.guest_agent.0';
 
 /**
  * The modules a q35 guest needs to reach its root disk and the guest agent's
- * port: in this kernel everything virtio is a module, the PCI transport
- * included (ext4 and the serial console are built in).
+ * port, and the balloon that hands freed memory back (free page reporting):
+ * in this kernel everything virtio is a module, the PCI transport included
+ * (ext4 and the serial console are built in).
  */
-export const GUEST_MODULES: readonly string[] = Object.freeze(['virtio_pci', 'virtio_blk', 'virtio_console']);
+export const GUEST_MODULES: readonly string[] = Object.freeze(['virtio_pci', 'virtio_blk', 'virtio_console', 'virtio_balloon']);
 
 /**
  * The initramfs's /init: load the virtio modules (`modulesDir`, listed in

@@ -15,12 +15,13 @@
  * The image is cached in `cacheDir` under a digest of its inputs (kernel,
  * qemu-ga, busybox, this recipe, the TSC rate on the command line): built
  * once (a few seconds), then reused. A build goes to a temporary name and is
- * renamed into place, so concurrent builders never see half an image.
+ * linked into place: concurrent builders never see half an image, and the
+ * first one's image is never replaced under VMs already running on it.
  * Mounts and loop devices are released even when a step fails.
  */
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { chmod, copyFile, mkdir, mkdtemp, open, readFile, readlink, realpath, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, link, mkdir, mkdtemp, open, readFile, readlink, realpath, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -30,7 +31,7 @@ import { extlinuxConf, GUEST_MODULES, INITTAB, initramfsInit, RC_S, START_QEMU_G
 const run = promisify(execFile);
 
 /** Bump when the recipe changes, so cached images built by an older one are not reused. */
-const RECIPE_VERSION = 4;
+const RECIPE_VERSION = 5;
 const BUSYBOX = '/bin/busybox';
 const QEMU_GA = '/usr/sbin/qemu-ga';
 const MBR_CODE = '/usr/lib/syslinux/mbr/mbr.bin';
@@ -78,7 +79,11 @@ export async function buildTestVmImage(cacheDir: string = defaultVmImageCacheDir
     await run('qemu-img', ['convert', '-f', 'raw', '-O', 'qcow2', raw, partial]);
     // Read-only: it is the backing file of every test VM's overlay and must never change under them.
     await chmod(partial, 0o444);
-    await rename(partial, image);
+    // link, not rename: a builder that finished first keeps its image (VMs may already run on it); ours is dropped.
+    await link(partial, image).catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EEXIST') throw error;
+    });
+    await rm(partial, { force: true });
   } finally {
     await rm(work, { recursive: true, force: true });
   }

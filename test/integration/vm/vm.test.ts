@@ -149,6 +149,24 @@ describe('a full VM through the agent', () => {
     expect(Buffer.from(read.data, 'base64').toString('latin1')).toContain('dsec vm file');
   }, 60_000);
 
+  it('is adopted by an agent restarted after a SIGKILL: still running, exec, pause and resume work on the same VM', async () => {
+    const pid = await qemuPid(ID);
+    await agent.kill();
+    expect(qemuProcessesUnder(agent.tmp)).toEqual([pid]);
+    await agent.startDaemon();
+
+    const info = await agent.client.getSandbox(ID);
+    expect(info.status).toBe('running');
+    expect(info.handle).toContain(`pid=${pid}`);
+    expect((await agent.client.exec(ID, { cmd: ['cat', '/root/notes/kept.bin'] })).stdout).toContain('dsec vm file');
+    expect((await agent.client.pauseSandbox(ID)).status).toBe('paused');
+    expect((await agent.client.resumeSandbox(ID)).status).toBe('running');
+    expect((await agent.client.exec(ID, { cmd: ['true'] })).exitCode).toBe(0);
+    const usage = await agent.client.nodeUsage();
+    expect(usage.sandboxes.vm?.running).toBe(1);
+    expect(usage.used.memoryMiB).toBeGreaterThan(50);
+  }, 60_000);
+
   it('refuses a VM whose image is missing with DSEC_VM_IMAGE_INVALID, leaving the running VM and the agent alone', async () => {
     const error = await caught(() => agent.client.createSandbox(vmSpec('vm-missing', { image: { path: '/nonexistent/disk.qcow2', format: 'qcow2' } })));
     expect(error.code).toBe('DSEC_VM_IMAGE_INVALID');

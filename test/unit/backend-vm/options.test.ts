@@ -57,12 +57,12 @@ function config(fleets: FleetModel[], image = true): ConfigModel {
 }
 
 describe('backend-vm options', () => {
-  it('fills the plugin defaults: qemu on the PATH, probed acceleration, two minutes to boot, a 64 MiB TCG cache', () => {
+  it('fills the plugin defaults: qemu on the PATH, probed acceleration, two minutes to boot, a 32 MiB TCG cache', () => {
     expect(pluginOptions(undefined)).toEqual({
       qemu: 'qemu-system-x86_64',
       accel: 'auto',
       bootTimeoutMs: 120_000,
-      tcgCacheMiB: 64,
+      tcgCacheMiB: 32,
       defaultOutputCapBytes: 1024 * 1024,
     });
   });
