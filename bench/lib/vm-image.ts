@@ -71,7 +71,8 @@ export async function buildTestVmImage(cacheDir: string = defaultVmImageCacheDir
   if (await stat(image).then((found) => found.isFile(), () => false)) return { path: image, format: 'qcow2' };
 
   await mkdir(cacheDir, { recursive: true });
-  const work = await mkdtemp(path.join(tmpdir(), 'dsec-vm-image-'));
+  // The build's scratch (raw disk, mount point) inside the cache: what a failed build left is found there.
+  const work = await mkdtemp(path.join(cacheDir, '.build-'));
   try {
     const raw = path.join(work, 'disk.raw');
     await buildRawDisk(raw, work, kernel, append);

@@ -122,6 +122,23 @@ describe('a full VM through the agent', () => {
     expect(missing.message).toContain('/root/notes/absent.txt');
   });
 
+  it('kills a command at its timeout, and survives its guest agent dying: the call in flight fails, the next one works', async () => {
+    const slow = await agent.client.exec(ID, { cmd: ['sleep', '100'], timeoutMs: 1500 });
+    expect(slow.timedOut).toBe(true);
+    expect(slow.exitCode).toBeNull();
+    expect((await agent.client.exec(ID, { cmd: ['/bin/sh', '-c', 'pidof sleep || echo none'] })).stdout).toBe('none\n');
+
+    const agentPid = (await agent.client.exec(ID, { cmd: ['pidof', 'qemu-ga'] })).stdout.trim();
+    const killed = await caught(() => agent.client.exec(ID, { cmd: ['/bin/sh', '-c', 'kill -9 $(pidof qemu-ga)'] }));
+    expect(killed.code).toMatch(/^DSEC_GUEST_(COMMAND_FAILED|UNREACHABLE)$/);
+    expect(killed.message).toContain(ID);
+    // The guest's init starts it again; the client finds the stream again with a sync.
+    const respawned = (await agent.client.exec(ID, { cmd: ['pidof', 'qemu-ga'] })).stdout.trim();
+    expect(respawned).toMatch(/^\d+$/);
+    expect(respawned).not.toBe(agentPid);
+    expect((await agent.client.getSandbox(ID)).status).toBe('running');
+  }, 60_000);
+
   it('serves the display over VNC on a unix socket named in the handle, answering the RFB handshake', async () => {
     const info = await agent.client.getSandbox(ID);
     const socket = /vnc=(\S+)/.exec(info.handle ?? '')?.[1];
