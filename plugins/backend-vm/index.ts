@@ -7,7 +7,8 @@
  * works.
  *
  *   provision  check the image (qemu-img info) -> overlay -> qemu (KVM when it
- *              really boots guests here, else TCG) -> wait for the guest agent
+ *              really boots guests here, else TCG; behind the native helper
+ *              when the sandbox has process traits) -> wait for the guest agent
  *   exec, readFile, writeFile   the guest agent (GuestAgentClient)
  *   probe      qemu alive (pidfile + its QMP socket on the command line); paused: the state file
  *   pause      save memory and device state to a file, quit qemu

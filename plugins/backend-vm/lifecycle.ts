@@ -66,7 +66,7 @@ export class VmLifecycle {
     try {
       await createOverlay(image, files.overlay);
       const started = performance.now();
-      const vm = await startQemu(record, files);
+      const vm = await startQemu(record, files, sandbox.traits);
       this.vms.set(spec.id, vm);
       record = { ...record, pid: vm.pid, handle: handleOf(vm.pid, vnc) };
       sandbox.backend = { ...record };
@@ -117,7 +117,7 @@ export class VmLifecycle {
       throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: 'stopped (its qemu is gone)' });
     }
     if (!(await exists(files.state))) throw new Error(`its saved state ${files.state} is gone; destroy it and create it again`);
-    const vm = await restore(record, files);
+    const vm = await restore(record, files, sandbox.traits);
     this.vms.set(id, vm);
     const { saved: _saved, ...rest } = record;
     sandbox.backend = { ...rest, pid: vm.pid, handle: handleOf(vm.pid, record.vnc) };

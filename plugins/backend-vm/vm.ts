@@ -11,8 +11,10 @@ import {
   QemuProcess,
   restoreVmFromFile,
   saveVmToFile,
+  spawnPrefix,
   tailOf,
   type Accel,
+  type ProcessTraits,
 } from '../../core/plugin-api.js';
 import { connectGuest, type GuestConnection } from './guest.js';
 import type { VmPaths } from './machine.js';
@@ -43,8 +45,13 @@ export function handleOf(pid: number | undefined, vnc: string | undefined): stri
   return `qemu pid=${pid ?? 'none'}${vnc ? ` vnc=${vnc}` : ''}`;
 }
 
-/** Start qemu on the record's machine (with `-incoming defer` to restore a saved state). */
-export async function startQemu(record: VmRecord, paths: VmPaths, incoming = false): Promise<QemuProcess> {
+/**
+ * Start qemu on the record's machine (with `-incoming defer` to restore a
+ * saved state), behind the native helper when the sandbox has process
+ * traits: every qemu thread then inherits them (KSM merging of guest memory
+ * for memoryMerge, SCHED_IDLE for idleCpu, a core-scheduling cookie).
+ */
+export async function startQemu(record: VmRecord, paths: VmPaths, traits: ProcessTraits, incoming = false): Promise<QemuProcess> {
   await mkdir(paths.socketDir, { recursive: true, mode: 0o700 });
   // A socket left by an earlier qemu would make this one's bind fail.
   await Promise.all([paths.guestAgent, paths.vnc].map((socket) => rm(socket, { force: true })));
@@ -53,6 +60,7 @@ export async function startQemu(record: VmRecord, paths: VmPaths, incoming = fal
       qemu: record.qemu,
       args: [...record.argv, ...(incoming ? INCOMING_DEFER : [])],
       paths: paths.qemu,
+      prefix: spawnPrefix(traits),
       readyTimeoutMs: 15_000,
     });
   } catch (error) {
@@ -110,8 +118,8 @@ export async function saveAndQuit(vm: QemuProcess, paths: VmPaths): Promise<void
 }
 
 /** Start qemu on the saved state and let the VM run on. The state file is removed once it runs. */
-export async function restore(record: VmRecord, paths: VmPaths): Promise<QemuProcess> {
-  const vm = await startQemu(record, paths, true);
+export async function restore(record: VmRecord, paths: VmPaths, traits: ProcessTraits): Promise<QemuProcess> {
+  const vm = await startQemu(record, paths, traits, true);
   try {
     await restoreVmFromFile(await vm.qmp(), paths.state);
   } catch (error) {

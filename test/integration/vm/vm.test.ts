@@ -33,6 +33,7 @@ function vmSpec(id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
     env: { GREETING: 'hello from the host' },
     resources: { cpu: 1, memoryMiB: 256, pids: 256 },
     backendOptions: { display: { gpu: true, vnc: true } },
+    density: { memorySharing: true, reclaimOnPause: false },
     ...extra,
   });
 }
@@ -43,6 +44,14 @@ const sandboxDir = (id: string) => path.join(agent.root, 'sandboxes', id);
 async function qemuPid(id: string): Promise<number> {
   const info = await agent.client.getSandbox(id);
   return Number(/pid=(\d+)/.exec(info.handle ?? '')?.[1]);
+}
+
+const SCHED_IDLE = 5;
+
+/** A process's scheduling policy (/proc/<pid>/stat field 41). */
+function schedulingPolicy(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[38]);
 }
 
 function readRfbGreeting(socket: string): Promise<string> {
@@ -71,7 +80,15 @@ function readRfbGreeting(socket: string): Promise<string> {
 beforeAll(async () => {
   image = await buildTestVmImage(defaultVmImageCacheDir());
   imageDigest = digestOf(image.path);
-  agent = await TestAgent.start({ backends: [{ name: 'backend-vm', options: { bootTimeoutMs: 120_000 } }], storage: 'fixed' });
+  // With the density plugins that set process traits, as a default agent runs.
+  agent = await TestAgent.start({
+    backends: [{ name: 'backend-vm', options: { bootTimeoutMs: 120_000 } }],
+    storage: 'fixed',
+    plugins: [
+      { name: 'density-qos', options: {} },
+      { name: 'density-memory', options: {} },
+    ],
+  });
 }, 180_000);
 
 afterAll(async () => {
@@ -98,6 +115,12 @@ describe('a full VM through the agent', () => {
     expect(digestOf(image.path)).toBe(imageDigest);
     expect(qemuProcessesUnder(agent.tmp)).toHaveLength(1);
   }, 150_000);
+
+  it('runs qemu with the process traits the density plugins set: SCHED_IDLE for best-effort, KSM merging for memory sharing', async () => {
+    const pid = await qemuPid(ID);
+    expect(schedulingPolicy(pid)).toBe(SCHED_IDLE);
+    expect(readFileSync(`/proc/${pid}/ksm_stat`, 'utf8')).toContain('ksm_merge_any: yes');
+  });
 
   it('runs commands through the guest agent, with the spec env, exit codes and stderr', async () => {
     const result = await agent.client.exec(ID, { cmd: ['/bin/sh', '-c', 'echo "$GREETING"; uname -r; cat /proc/1/comm; echo oops >&2; exit 3'] });
@@ -160,6 +183,7 @@ describe('a full VM through the agent', () => {
     const after = await qemuPid(ID);
     expect(after).not.toBe(before);
     expect(existsSync(path.join(sandboxDir(ID), 'state.vmstate'))).toBe(false);
+    expect(schedulingPolicy(after)).toBe(SCHED_IDLE); // the new qemu has the traits too
     // The same boot (memory restored, not a reboot), and the file written before the pause.
     expect((await agent.client.exec(ID, { cmd: ['cat', '/proc/sys/kernel/random/boot_id'] })).stdout).toBe(bootId);
     const read = await agent.client.readFile(ID, { path: '/root/notes/kept.bin' });
