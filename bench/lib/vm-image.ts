@@ -4,6 +4,7 @@
  * because bench/ is part of the compiled tree and test/ is not).
  *
  *   const image = await buildTestVmImage(cacheDir);   // { path, format: 'qcow2' }
+ *   node dist/bench/lib/vm-image.js [cacheDir]          // builds it, prints its path
  *
  * The disk boots the way a real VM image does: SeaBIOS runs syslinux's MBR
  * code, which chains to extlinux on the one ext4 partition, which loads
@@ -26,6 +27,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { buildInitramfs, findGuestKernel, hostTscRate, INITRAMFS_MODULES_DIR, resolveKernelModules, type GuestKernel } from '../../core/qemu/index.js';
+import { runWhenMain } from './main.js';
 import { extlinuxConf, GUEST_MODULES, INITTAB, initramfsInit, RC_S, START_QEMU_GA } from './vm-image-parts.js';
 
 const run = promisify(execFile);
@@ -216,3 +218,9 @@ function runWithInput(command: string, args: readonly string[], input: string): 
     child.stdin?.end(input);
   });
 }
+
+runWhenMain(import.meta.url, 'vm-image', async (argv) => {
+  const image = await buildTestVmImage(argv[0] ? path.resolve(argv[0]) : defaultVmImageCacheDir());
+  process.stdout.write(`${image.path}\n`);
+  return true;
+});
