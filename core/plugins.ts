@@ -21,6 +21,7 @@ export const BUILTIN_PLUGINS: readonly string[] = Object.freeze([
   'storage-3fs',
   'backend-container',
   'backend-fncall',
+  'backend-microvm',
   'backend-vm',
   'density-admission',
   'density-memory',
@@ -39,14 +40,15 @@ export const BUILTIN_STORAGE_PLUGINS: readonly string[] = Object.freeze(['storag
 /**
  * What a node agent loads when told nothing else: the local layer store, the
  * container backend, the FnCall backend built on it (after it: it checks for
- * the container backend's file taps when applied), the full-VM backend
- * (which looks at nothing until a VM is created) and the density plugins
+ * the container backend's file taps when applied), the microVM and full-VM
+ * backends (which look at nothing until a VM is created) and the density plugins
  * (each switchable with its `enabled` option in a config's `plugins:`).
  */
 export const DEFAULT_AGENT_PLUGINS: readonly PluginRef[] = Object.freeze([
   Object.freeze({ name: 'storage-local', options: Object.freeze({}) }),
   Object.freeze({ name: 'backend-container', options: Object.freeze({}) }),
   Object.freeze({ name: 'backend-fncall', options: Object.freeze({}) }),
+  Object.freeze({ name: 'backend-microvm', options: Object.freeze({}) }),
   Object.freeze({ name: 'backend-vm', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-admission', options: Object.freeze({}) }),
   Object.freeze({ name: 'density-memory', options: Object.freeze({}) }),

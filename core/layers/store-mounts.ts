@@ -10,6 +10,7 @@ import { DsecError } from '../errors.js';
 import { digestHex } from './digest.js';
 import type { LayerRef, MountStats, StorageStats } from '../live.js';
 import { loopBytesRead } from './mounts.js';
+import type { LayerImage } from '../hooks.js';
 import type { AttachedImage } from './images/types.js';
 import type { PlannedMount } from './squash-records.js';
 import type { LayerStore } from './store.js';
@@ -24,6 +25,8 @@ export interface ResolvedLayer {
   readonly path: string;
   /** For a squash: the digests of the layers it stands for, bottom to top. */
   readonly squashed?: readonly string[];
+  /** The EROFS image the tree is mounted from (VM backends hand it to a guest as a block device); absent for a plain tree. */
+  readonly image?: LayerImage;
 }
 
 export class StoreMounts {
@@ -77,6 +80,7 @@ export class StoreMounts {
       ref,
       digest: planned.digest,
       path: attached.path,
+      ...(attached.data ? { image: imageOf(attached.data, attached.metadata) } : {}),
       ...(planned.layers.length > 1 ? { squashed: planned.layers.map((layer) => layer.digest) } : {}),
     };
   }
@@ -150,4 +154,9 @@ export class StoreMounts {
       ...(cache ? { cache } : {}),
     };
   }
+}
+
+/** Only EROFS formats read their trees from a data file: a whole image, or a split one's metadata image and blob. */
+function imageOf(data: string, metadata: string | undefined): LayerImage {
+  return metadata ? { format: 'erofs', path: metadata, blob: data } : { format: 'erofs', path: data };
 }

@@ -39,6 +39,8 @@ export function tapLayerStore(dsec: Dsec, plugin: string, storeFor: (node: NodeC
 async function resolveLayers(plugin: string, store: LayerStore, sandbox: SandboxContext): Promise<void> {
   const resolved = await store.resolve(sandbox.spec.id, sandbox.spec.layers);
   sandbox.lowerDirs = resolved.map((layer) => layer.path);
+  // The same layers as images, for VM backends (undefined where a layer is a plain tree).
+  if (resolved.some((layer) => layer.image)) sandbox.lowerImages = resolved.map((layer) => layer.image);
   const record: LayerStoreRecord = { plugin, store: store.dir, layers: resolved.map((layer) => ({ ...layer })) };
   sandbox.storage = { ...record };
 }

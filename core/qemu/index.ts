@@ -9,6 +9,7 @@
  *   process      QemuProcess: start (detached, QMP, pidfile, console log), kill, wait, adopt
  *   save-restore saveVmToFile / restoreVmFromFile: memory and device state to a file and back
  *   guest-kernel findGuestKernel, resolveKernelModules: the guest kernel and the modules it needs
+ *   vmlinux      extractVmlinux: the bzImage's kernel unpacked, for a PVH boot (faster, less guest memory touched)
  *   initramfs    buildInitramfs: a gzipped newc cpio of files, texts and modules, cached by digest
  */
 export { DEFAULT_QEMU, findOnPath, findQemu, type QemuBinary } from './binary.js';
@@ -25,6 +26,7 @@ export {
   type GuestKernel,
   type KernelModule,
 } from './guest-kernel.js';
+export { bzImagePayload, extractVmlinux, hasPvhNote, lz4Block, lz4Legacy } from './vmlinux.js';
 export { writeCpio, type CpioEntry } from './cpio.js';
 export {
   INITRAMFS_MODULES_DIR,

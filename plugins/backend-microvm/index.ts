@@ -1,0 +1,118 @@
+/**
+ * The microVM backend: each sandbox is a qemu `-M microvm` guest (KVM where
+ * a real probe boots one, TCG otherwise) booting Debian's cloud kernel and
+ * this backend's initramfs, with the environment's layers as read-only
+ * virtio block devices (EROFS images), stacked by overlayfs in the guest
+ * under a tmpfs or disk upper layer, and the guest agent (dsec-guest) as
+ * PID 1 answering on a virtio-serial port.
+ *
+ *   provision  layer images -> qemu (machine.ts) -> wait for the guest agent (vm.ts)
+ *   exec/files through the guest agent (calls.ts)
+ *   probe      qemu alive: running; saved state and no qemu: paused; else stopped
+ *   pause      QMP stop + migrate to vm.state + quit: the VM's memory is then on disk
+ *   resume     qemu -incoming defer + migrate-incoming + cont, the agent resynced
+ *   usage      qemu's CPU time and resident memory (usage.ts)
+ *   destroy    kill qemu, remove its files (idempotent)
+ *   validate   (engine) memory enough to boot, backendOptions known (validate.ts)
+ *
+ * It imports only the public plugin API, like any third-party backend.
+ */
+import {
+  DsecError,
+  findOnPath,
+  STAGE,
+  type Dsec,
+  type DsecPlugin,
+  type SandboxContext,
+  type SandboxUsage,
+} from '../../core/plugin-api.js';
+import { AssetCache } from './assets.js';
+import { execInVm, readFileInVm, writeFileInVm } from './calls.js';
+import { BACKEND_KIND, PLUGIN_NAME, pluginOptions, sandboxOptions, type BackendMicrovmOptions, type MicrovmSandboxOptions } from './options.js';
+import { IDLE_USAGE, qemuUsage } from './usage.js';
+import { checkMicrovmFleets } from './validate.js';
+import { destroyVm, pauseVm, probeVm, provisionVm, resumeVm, runningPid } from './vm.js';
+
+export { BACKEND_KIND, PLUGIN_NAME } from './options.js';
+export type { BackendMicrovmOptions, MicrovmSandboxOptions } from './options.js';
+export { MIN_MICROVM_MEMORY_MIB } from './validate.js';
+
+export default function backendMicrovm(raw: BackendMicrovmOptions = {}): DsecPlugin {
+  const options = pluginOptions(raw);
+  const assets = new AssetCache(options);
+
+  return {
+    name: PLUGIN_NAME,
+    apply(dsec: Dsec) {
+      const tap = { name: PLUGIN_NAME, stage: STAGE.BACKEND };
+      const hooks = dsec.hooks;
+      hooks.provision.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('provision', sandbox, async () => {
+          const vmOptions = sandboxOptions(sandbox.spec.backendOptions ?? {});
+          await requireVmm(assets, sandbox, vmOptions);
+          await provisionVm(assets, options, sandbox, vmOptions);
+          return true as const;
+        }),
+      );
+      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
+        failAs('exec', sandbox, () => execInVm(sandbox, request, options.defaultOutputCapBytes)),
+      );
+      hooks.readFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) => failAs('read a file in', sandbox, () => readFileInVm(sandbox, request)));
+      hooks.writeFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) => failAs('write a file in', sandbox, () => writeFileInVm(sandbox, request)));
+      hooks.probe.for(BACKEND_KIND).tapPromise(tap, (sandbox) => failAs('probe', sandbox, () => probeVm(sandbox)));
+      hooks.pause.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('pause', sandbox, async () => {
+          await pauseVm(sandbox);
+          return true as const;
+        }),
+      );
+      hooks.resume.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('resume', sandbox, async () => {
+          await resumeVm(sandbox);
+          return true as const;
+        }),
+      );
+      hooks.usage.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
+        failAs('read the usage of', sandbox, async (): Promise<SandboxUsage> => {
+          const pid = await runningPid(sandbox);
+          return pid === undefined ? IDLE_USAGE : qemuUsage(pid);
+        }),
+      );
+      hooks.destroy.tapPromise(tap, async (sandbox) => {
+        if (sandbox.spec.backend !== BACKEND_KIND) return;
+        await failAs('destroy', sandbox, () => destroyVm(sandbox));
+      });
+      // Engine side: refuse, at plan time, a microVM fleet too small to boot or with options this backend does not know.
+      hooks.validate.tap(PLUGIN_NAME, (config, diagnostics) => diagnostics.push(...checkMicrovmFleets(config, BACKEND_KIND)));
+    },
+  };
+}
+
+/**
+ * `vmm: firecracker` is refused with the reason: no firecracker binary on
+ * the PATH, or a KVM that cannot boot guests (firecracker has no emulation);
+ * where both are there, this backend still only drives qemu.
+ */
+async function requireVmm(assets: AssetCache, sandbox: SandboxContext, vmOptions: MicrovmSandboxOptions): Promise<void> {
+  if (vmOptions.vmm !== 'firecracker') return;
+  const binary = findOnPath('firecracker');
+  if (!binary) throw new DsecError('DSEC_VMM_UNAVAILABLE', { vmm: 'firecracker', message: 'no firecracker binary on the PATH (Debian does not package it); use vmm: qemu' });
+  const { accel } = await assets.get(sandbox.node);
+  if (accel.accel !== 'kvm') {
+    throw new DsecError('DSEC_VMM_UNAVAILABLE', { vmm: 'firecracker', message: `it needs KVM, and KVM cannot boot guests here (${accel.reason}); use vmm: qemu` });
+  }
+  throw new DsecError('DSEC_VMM_UNAVAILABLE', { vmm: 'firecracker', message: `${binary} is there and KVM works, but dsec drives only qemu so far; use vmm: qemu` });
+}
+
+async function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    if (error instanceof DsecError) throw error;
+    throw new DsecError(
+      'DSEC_BACKEND_FAILED',
+      { backend: BACKEND_KIND, operation, id: sandbox.spec.id, message: (error as Error).message },
+      { cause: error },
+    );
+  }
+}

@@ -1,0 +1,279 @@
+/**
+ * The life of one microVM: boot, pause to a file, resume from it, probe,
+ * destroy. A running VM's qemu process and guest agent connection are kept
+ * in memory (LiveVms); `sandbox.backend` (persisted by the agent) keeps what
+ * a restarted agent needs to find them again: the machine's command line,
+ * and the pidfile and sockets in the sandbox's folder.
+ */
+import { execFile } from 'node:child_process';
+import { mkdir, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import {
+  DsecError,
+  GuestAgentClient,
+  INCOMING_DEFER,
+  QemuProcess,
+  restoreVmFromFile,
+  saveVmToFile,
+  spawnPrefix,
+  tailOf,
+  type BackendProbe,
+  type SandboxContext,
+} from '../../core/plugin-api.js';
+import type { AssetCache } from './assets.js';
+import { pluginDir } from './assets.js';
+import { DEFAULT_PATH, INIT_FAILED_PREFIX } from './guest-init.js';
+import { layerImages } from './layer-images.js';
+import { machineArgs, vcpusFor } from './machine.js';
+import { type MicrovmSandboxOptions, type ResolvedPluginOptions } from './options.js';
+import { microvmPaths, type MicrovmPaths } from './paths.js';
+
+const execFileAsync = promisify(execFile);
+
+/** How long a resumed guest's agent has to answer again (it was running when saved: no boot). */
+const RESUME_AGENT_TIMEOUT_MS = 15_000;
+/** How long a call waits to reconnect to a running guest's agent. */
+const RECONNECT_TIMEOUT_MS = 10_000;
+const CONSOLE_LINES = 12;
+
+/** What this backend keeps in `sandbox.backend` (persisted by the agent). */
+export interface MicrovmRecord {
+  /** Reported as SandboxInfo.handle. */
+  readonly handle: string;
+  readonly qemu: string;
+  /** The machine's command line (QemuProcess adds QMP, pidfile, console): a resume starts exactly this again. */
+  readonly args: readonly string[];
+  readonly accel: 'kvm' | 'tcg';
+  readonly accelReason: string;
+  readonly pid?: number;
+  /** Set while it is saved to `vm.state` and no qemu runs. */
+  readonly paused?: boolean;
+}
+
+interface LiveVm {
+  qemu: QemuProcess;
+  guest?: GuestAgentClient;
+  connecting?: Promise<GuestAgentClient>;
+}
+
+/** The running VMs of this process, by sandbox folder. */
+const live = new Map<string, LiveVm>();
+
+export function recordOf(sandbox: SandboxContext): MicrovmRecord | undefined {
+  const record = sandbox.backend as Partial<MicrovmRecord>;
+  return typeof record.qemu === 'string' && Array.isArray(record.args) ? (record as MicrovmRecord) : undefined;
+}
+
+function setRecord(sandbox: SandboxContext, record: MicrovmRecord): void {
+  sandbox.backend = { ...record };
+}
+
+export async function provisionVm(assets: AssetCache, options: ResolvedPluginOptions, sandbox: SandboxContext, vmOptions: MicrovmSandboxOptions): Promise<void> {
+  const boot = await assets.get(sandbox.node);
+  const paths = microvmPaths(sandbox.dir);
+  await mkdir(sandbox.dir, { recursive: true });
+  if (paths.socketDir) await mkdir(paths.socketDir, { recursive: true, mode: 0o700 });
+  const layers = await layerImages(sandbox, `${pluginDir(sandbox.node)}/images`);
+  if (vmOptions.upper === 'disk') await makeUpperDisk(paths.upperDisk, vmOptions.upperMiB!);
+  const args = machineArgs({
+    accel: boot.accel.accel,
+    tcgCacheMiB: options.tcgCacheMiB,
+    memoryMiB: sandbox.spec.resources.memoryMiB,
+    vcpus: vcpusFor(sandbox.spec.resources.cpu),
+    kernel: boot.kernel,
+    initrd: boot.initrd,
+    layers,
+    ...(vmOptions.upper === 'disk' ? { upperDisk: paths.upperDisk } : vmOptions.upperMiB !== undefined ? { upperMiB: vmOptions.upperMiB } : {}),
+    agentSocket: paths.agentSocket,
+    ...(boot.tscKhz ? { tscKhz: boot.tscKhz } : {}),
+    hostname: sandbox.spec.id,
+  });
+  const record: MicrovmRecord = { handle: 'qemu (starting)', qemu: boot.qemu.path, args, accel: boot.accel.accel, accelReason: boot.accel.reason };
+  setRecord(sandbox, record);
+  const started = Date.now();
+  const qemu = await startQemu(sandbox, record, paths, false);
+  setRecord(sandbox, { ...record, pid: qemu.pid, handle: handleOf(qemu.pid, record.accel) });
+  try {
+    const guest = await waitForAgent(sandbox, qemu, paths, options.bootTimeoutMs);
+    live.set(sandbox.dir, { qemu, guest });
+    sandbox.node.log.debug(`microvm ${sandbox.spec.id}: booted in ${Date.now() - started} ms (${record.accel})`);
+  } catch (error) {
+    await qemu.kill().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Wait for the guest agent to answer, failing fast when qemu exits first (a panic, a failed /init). */
+async function waitForAgent(sandbox: SandboxContext, qemu: QemuProcess, paths: MicrovmPaths, timeoutMs: number): Promise<GuestAgentClient> {
+  const id = sandbox.spec.id;
+  const connecting = GuestAgentClient.connect(paths.agentSocket, { timeoutMs, id });
+  let watching = true;
+  const exited = (async () => {
+    while (watching) {
+      if (!(await qemu.isAlive())) return true;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    return false;
+  })();
+  try {
+    const first = await Promise.race([connecting.then((client) => ({ client })), exited.then((gone) => ({ gone }))]);
+    if ('client' in first) return first.client;
+    connecting.then((client) => client.close(), () => undefined); // gave up on it: never left open
+  } catch {
+    // no answer within the boot timeout
+  } finally {
+    watching = false;
+  }
+  const console = await tailOf(paths.qemu.console, CONSOLE_LINES);
+  const initSaid = console.split(' | ').filter((line) => line.startsWith(INIT_FAILED_PREFIX)).pop();
+  const alive = await qemu.isAlive();
+  const why = initSaid ?? (alive ? `its guest agent did not answer within ${timeoutMs} ms` : 'qemu exited during the boot');
+  throw new DsecError('DSEC_GUEST_BOOT_FAILED', { id, message: `${why}; console: ${console || '(nothing)'}` });
+}
+
+async function startQemu(sandbox: SandboxContext, record: MicrovmRecord, paths: MicrovmPaths, incoming: boolean): Promise<QemuProcess> {
+  await Promise.all([rm(paths.agentSocket, { force: true }), incoming ? undefined : writeFile(paths.qemu.console, '')]);
+  return QemuProcess.start({
+    qemu: record.qemu,
+    args: incoming ? [...record.args, ...INCOMING_DEFER] : record.args,
+    paths: paths.qemu,
+    prefix: spawnPrefix(sandbox.traits),
+  });
+}
+
+function handleOf(pid: number, accel: string): string {
+  return `qemu pid ${pid} (${accel})`;
+}
+
+/** A sparse raw disk formatted ext4 on the host (the guest kernel has ext4 built in). */
+async function makeUpperDisk(file: string, sizeMiB: number): Promise<void> {
+  await rm(file, { force: true });
+  await writeFile(file, '');
+  await truncate(file, sizeMiB * 1024 * 1024);
+  try {
+    await execFileAsync('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', 'lazy_itable_init=1,lazy_journal_init=1', file], { timeout: 60_000 });
+  } catch (error) {
+    throw new Error(`mkfs.ext4 of the upper disk failed: ${(error as { stderr?: string }).stderr?.trim() || (error as Error).message}`);
+  }
+}
+
+/** The running VM of a sandbox: this process's, or one a previous agent started (adopted from its pidfile). */
+async function liveVm(sandbox: SandboxContext): Promise<LiveVm | undefined> {
+  const known = live.get(sandbox.dir);
+  if (known && (await known.qemu.isAlive())) return known;
+  if (known) forget(sandbox.dir);
+  const adopted = await QemuProcess.adopt(microvmPaths(sandbox.dir).qemu);
+  if (!adopted) return undefined;
+  const vm = { qemu: adopted };
+  live.set(sandbox.dir, vm);
+  return vm;
+}
+
+function forget(dir: string): void {
+  const vm = live.get(dir);
+  vm?.guest?.close();
+  live.delete(dir);
+}
+
+/** The guest agent of a running VM, connected (again) when needed. DSEC_GUEST_UNREACHABLE when it does not answer. */
+export async function guestOf(sandbox: SandboxContext): Promise<GuestAgentClient> {
+  const vm = await liveVm(sandbox);
+  if (!vm) throw new Error('its qemu process is gone');
+  if (vm.guest && !vm.guest.closed) return vm.guest;
+  vm.connecting ??= GuestAgentClient.connect(microvmPaths(sandbox.dir).agentSocket, { timeoutMs: RECONNECT_TIMEOUT_MS, id: sandbox.spec.id }).finally(
+    () => (vm.connecting = undefined),
+  );
+  vm.guest = await vm.connecting;
+  return vm.guest;
+}
+
+/** The qemu pid of a running VM (for usage), or undefined. */
+export async function runningPid(sandbox: SandboxContext): Promise<number | undefined> {
+  return (await liveVm(sandbox))?.qemu.pid;
+}
+
+export async function probeVm(sandbox: SandboxContext): Promise<BackendProbe> {
+  if (await liveVm(sandbox)) return 'running';
+  const record = recordOf(sandbox);
+  const saved = await stat(microvmPaths(sandbox.dir).stateFile).catch(() => undefined);
+  return record?.paused && saved?.isFile() ? 'paused' : 'stopped';
+}
+
+/** Save the VM (memory and devices) to vm.state and end its qemu: its memory is then on disk, not in RAM. */
+export async function pauseVm(sandbox: SandboxContext): Promise<void> {
+  const record = recordOf(sandbox);
+  const vm = await liveVm(sandbox);
+  if (!record || !vm) throw new Error('it is not running (no qemu process)');
+  const paths = microvmPaths(sandbox.dir);
+  vm.guest?.close();
+  vm.guest = undefined;
+  const qmp = await vm.qemu.qmp();
+  try {
+    await saveVmToFile(qmp, paths.stateFile);
+  } catch (error) {
+    await qmp.execute('cont').catch(() => undefined); // not saved: let it run on
+    throw error;
+  }
+  await vm.qemu.quit();
+  forget(sandbox.dir);
+  const { pid: _pid, ...rest } = record;
+  setRecord(sandbox, { ...rest, paused: true, handle: `saved to ${paths.stateFile} (${record.accel})` });
+}
+
+/** Start qemu again from vm.state and wait for the guest agent; the state file is removed once it runs. */
+export async function resumeVm(sandbox: SandboxContext): Promise<void> {
+  const record = recordOf(sandbox);
+  if (!record) throw new Error('it has no microVM record');
+  const running = await liveVm(sandbox);
+  if (running) return; // a pause that never finished, or a resume retried: it runs
+  const paths = microvmPaths(sandbox.dir);
+  if (!(await stat(paths.stateFile).catch(() => undefined))?.isFile()) throw new Error(`its saved state ${paths.stateFile} is missing`);
+  const qemu = await startQemu(sandbox, record, paths, true);
+  try {
+    await restoreVmFromFile(await qemu.qmp(), paths.stateFile);
+    const guest = await GuestAgentClient.connect(paths.agentSocket, { timeoutMs: RESUME_AGENT_TIMEOUT_MS, id: sandbox.spec.id });
+    live.set(sandbox.dir, { qemu, guest });
+    await setGuestClock(sandbox, guest);
+  } catch (error) {
+    // The saved state stays: the sandbox is still paused and a later resume may succeed.
+    await qemu.kill().catch(() => undefined);
+    throw error;
+  }
+  const { paused: _paused, ...rest } = record;
+  setRecord(sandbox, { ...rest, pid: qemu.pid, handle: handleOf(qemu.pid, record.accel) });
+  await rm(paths.stateFile, { force: true });
+}
+
+/**
+ * The guest's wall clock stood still while it was saved (it resumes where
+ * it stopped): set it to the host's time again. Best effort, through the
+ * guest's own `date` (a layer without one keeps the lagging clock); the
+ * monotonic clocks are left alone, as after any suspend.
+ */
+async function setGuestClock(sandbox: SandboxContext, guest: GuestAgentClient): Promise<void> {
+  const now = `@${Math.round(Date.now() / 1000)}`;
+  const set = await guest.exec({ path: 'date', args: ['-u', '-s', now], env: { PATH: DEFAULT_PATH }, timeoutMs: 5000, maxOutputBytes: 4096 }).catch((error: Error) => error);
+  if (set instanceof Error || set.exitCode !== 0) {
+    const why = set instanceof Error ? set.message : set.stderr.toString('utf8').trim();
+    sandbox.node.log.debug(`microvm ${sandbox.spec.id}: the guest clock was not set after the resume (${why})`);
+  }
+}
+
+/** Kill qemu and remove every file of the VM. Idempotent, and safe on a half-made sandbox. */
+export async function destroyVm(sandbox: SandboxContext): Promise<void> {
+  const paths = microvmPaths(sandbox.dir);
+  const vm = await liveVm(sandbox);
+  forget(sandbox.dir);
+  if (vm) await vm.qemu.kill();
+  await Promise.all(
+    [paths.stateFile, `${paths.stateFile}.partial`, paths.upperDisk, paths.agentSocket, paths.qemu.qmp, paths.qemu.pidFile].map((file) =>
+      rm(file, { force: true }),
+    ),
+  );
+  if (paths.socketDir) await rm(paths.socketDir, { recursive: true, force: true });
+}
+
+/** The last console lines, for errors about a VM that misbehaved. */
+export function consoleTail(sandbox: SandboxContext): Promise<string> {
+  return tailOf(microvmPaths(sandbox.dir).qemu.console, CONSOLE_LINES);
+}
