@@ -130,6 +130,16 @@ export class QemuProcess {
     return this.client;
   }
 
+  /**
+   * Drop the QMP connection until `qmp()` is next called. qemu's QMP socket
+   * serves one client at a time: a backend that needs it only to pause lets
+   * go of it, so an operator (or a test) can connect meanwhile.
+   */
+  releaseQmp(): void {
+    this.client?.close();
+    this.client = undefined;
+  }
+
   /** Whether the process still runs (a zombie does not). */
   async isAlive(): Promise<boolean> {
     if (this.exited) return false;

@@ -22,7 +22,11 @@ export interface BackendMicrovmOptions {
   readonly accel?: 'auto' | 'kvm' | 'tcg';
   /** How long a microVM has from qemu's start until its guest agent answers. @default 60000 */
   readonly bootTimeoutMs?: number;
-  /** TCG's translated-code cache per VM, in MiB (qemu's `tb-size`); resident once used. @default 64 */
+  /**
+   * TCG's translated-code cache per VM, in MiB (qemu's `tb-size`), resident
+   * once used. Measured with two idle microVMs: 32 instead of 64 saves 17 MiB
+   * per VM and boots as fast. @default 32
+   */
   readonly tcgCacheMiB?: number;
   /** The guest agent binary (static). @default dist/native/dsec-guest of this package */
   readonly guestAgent?: string;
@@ -83,7 +87,7 @@ export function pluginOptions(raw: unknown): ResolvedPluginOptions {
     kernelDir: options.kernelDir ?? DEFAULT_GUEST_KERNEL_DIR,
     accel: options.accel ?? 'auto',
     bootTimeoutMs: options.bootTimeoutMs ?? 60_000,
-    tcgCacheMiB: options.tcgCacheMiB ?? 64,
+    tcgCacheMiB: options.tcgCacheMiB ?? 32,
     ...(options.guestAgent ? { guestAgent: options.guestAgent } : {}),
     defaultOutputCapBytes: options.defaultOutputCapBytes ?? 1024 * 1024,
   };

@@ -22,7 +22,7 @@ import {
 } from '../../core/plugin-api.js';
 import type { AssetCache } from './assets.js';
 import { pluginDir } from './assets.js';
-import { DEFAULT_PATH, INIT_FAILED_PREFIX } from './guest-init.js';
+import { DEFAULT_PATH, INIT_DONE_MARKER, INIT_FAILED_PREFIX } from './guest-init.js';
 import { layerImages } from './layer-images.js';
 import { machineArgs, vcpusFor } from './machine.js';
 import { type MicrovmSandboxOptions, type ResolvedPluginOptions } from './options.js';
@@ -95,6 +95,7 @@ export async function provisionVm(assets: AssetCache, options: ResolvedPluginOpt
   setRecord(sandbox, { ...record, pid: qemu.pid, handle: handleOf(qemu.pid, record.accel) });
   try {
     const guest = await waitForAgent(sandbox, qemu, paths, options.bootTimeoutMs);
+    qemu.releaseQmp();
     live.set(sandbox.dir, { qemu, guest });
     sandbox.node.log.debug(`microvm ${sandbox.spec.id}: booted in ${Date.now() - started} ms (${record.accel})`);
   } catch (error) {
@@ -124,11 +125,24 @@ async function waitForAgent(sandbox: SandboxContext, qemu: QemuProcess, paths: M
   } finally {
     watching = false;
   }
-  const console = await tailOf(paths.qemu.console, CONSOLE_LINES);
-  const initSaid = console.split(' | ').filter((line) => line.startsWith(INIT_FAILED_PREFIX)).pop();
-  const alive = await qemu.isAlive();
+  // A panicking guest powers off: give qemu a moment to be gone before saying which it was.
+  const alive = !(await qemu.waitForExit(1000));
+  const console = await consoleSummary(paths);
+  const initSaid = console.split(' | ').filter((line) => line.startsWith(INIT_FAILED_PREFIX) && line !== INIT_DONE_MARKER).pop();
   const why = initSaid ?? (alive ? `its guest agent did not answer within ${timeoutMs} ms` : 'qemu exited during the boot');
   throw new DsecError('DSEC_GUEST_BOOT_FAILED', { id, message: `${why}; console: ${console || '(nothing)'}` });
+}
+
+/**
+ * What the console says about a failed boot: the lines that name the
+ * reason (a panic, the init's own words, a mount the kernel refused), then
+ * the last lines, which under a panic are only its stack trace.
+ */
+async function consoleSummary(paths: MicrovmPaths): Promise<string> {
+  const all = (await tailOf(paths.qemu.console, 400)).split(' | ').filter(Boolean);
+  const telling = all.filter((line) => /Kernel panic|Out of memory|dsec-init: |VFS: |Unable to|not syncing/.test(line)).slice(-4);
+  const last = all.slice(-CONSOLE_LINES).filter((line) => !telling.includes(line));
+  return [...telling, ...(telling.length > 0 && last.length > 0 ? ['...'] : []), ...last].join(' | ');
 }
 
 async function startQemu(sandbox: SandboxContext, record: MicrovmRecord, paths: MicrovmPaths, incoming: boolean): Promise<QemuProcess> {
@@ -233,6 +247,7 @@ export async function resumeVm(sandbox: SandboxContext): Promise<void> {
     await restoreVmFromFile(await qemu.qmp(), paths.stateFile);
     const guest = await GuestAgentClient.connect(paths.agentSocket, { timeoutMs: RESUME_AGENT_TIMEOUT_MS, id: sandbox.spec.id });
     live.set(sandbox.dir, { qemu, guest });
+    qemu.releaseQmp();
     await setGuestClock(sandbox, guest);
   } catch (error) {
     // The saved state stays: the sandbox is still paused and a later resume may succeed.

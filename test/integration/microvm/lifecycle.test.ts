@@ -110,6 +110,12 @@ describe('a microVM sandbox', () => {
     expect(layerImageDigests()).toEqual(before);
   });
 
+  it("hands the guest the store's own EROFS image of a layer where it keeps one, building no copy", async () => {
+    const storage = await agent.client.storageStats();
+    if (storage.format !== 'erofs') return; // a store of trees: the backend builds images (disk-upper.test.ts)
+    expect(existsSync(path.join(agent.root, 'backend-microvm', 'images'))).toBe(false);
+  });
+
   it('pauses to a state file with its qemu gone, and resumes with files and a background process memory intact', async () => {
     // A background process keeps a random value only in its memory, and writes it out on SIGUSR1.
     const started = await agent.client.exec(ID, {
