@@ -15,6 +15,10 @@
  * resumed reconnects it) the agent keeps waiting on the port.
  * --listen serves a unix socket, one connection at a time.
  *
+ * It makes itself not dumpable, so no other process of the guest can ptrace
+ * it or read its /proc files. dsec-reset also removes the SysV IPC objects
+ * when the agent is PID 1 (see guest/ipc.h).
+ *
  * As PID 1 it reaps every orphan. It writes nothing but answers to the
  * transport; diagnostics go to stderr. Static (gcc -static), so it runs in
  * any guest; that is why users are looked up by reading /etc/passwd itself.
@@ -27,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "guest/exec.h"
@@ -218,6 +223,12 @@ int main(int argc, char **argv) {
     else return usage();
   }
   if ((serial == NULL) == (listen_path == NULL)) return usage();
+  /* Not dumpable: another process of the guest, even root, cannot ptrace the agent,
+     read its /proc/PID/environ, mem or fds, or take its connection (pidfd_getfd) to
+     fake answers, without CAP_SYS_PTRACE (or, for environ and maps on recent kernels,
+     CAP_PERFMON or CAP_SYS_ADMIN), which sandboxes do not get. What the agent execs
+     is dumpable again: execve resets the flag for a program run as itself. */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) { perror("dsec-guest: prctl(PR_SET_DUMPABLE)"); return 1; }
   if (mounts) init_mounts();
   int sigchld_fd = process_init();
   if (sigchld_fd < 0) { perror("dsec-guest: pipe"); return 1; }

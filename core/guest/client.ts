@@ -140,18 +140,20 @@ export class GuestAgentClient {
   }
 
   /**
-   * Kill every process in the guest but the agent, and empty each directory
+   * Kill every process in the guest but the agent, empty each directory and,
+   * when the agent is the guest's PID 1, remove the SysV IPC objects
    * (dsec-guest only: how a FnCall worker is made clean between tasks).
-   * Returns how many processes were killed.
+   * Returns how many processes were killed and IPC objects removed (0 from
+   * an older dsec-guest that does not report it).
    */
-  async reset(paths: readonly string[], timeoutMs = CALL_TIMEOUT_MS): Promise<{ killed: number }> {
+  async reset(paths: readonly string[], timeoutMs = CALL_TIMEOUT_MS): Promise<{ killed: number; ipcRemoved: number }> {
     const info = await this.info();
     if (!info.dsec) {
       throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: `guest agent ${info.version} of sandbox ${this.id}`, operation: 'reset (it is not dsec-guest)' });
     }
     const reader = new AnswerReader(this.id, 'dsec-reset');
     const answer = reader.object(await this.call('dsec-reset', { paths: [...paths] }, timeoutMs));
-    return { killed: reader.integer(answer.killed, 'killed') };
+    return { killed: reader.integer(answer.killed, 'killed'), ipcRemoved: answer.ipcRemoved === undefined ? 0 : reader.integer(answer.ipcRemoved, 'ipcRemoved') };
   }
 
   private async execWithDsec(request: GuestExecRequest & { maxOutputBytes: number; timeoutMs: number }): Promise<GuestExecResult> {

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include "base64.h"
 #include "files.h"
+#include "ipc.h"
 
 #define MAX_ARGS 4096
 #define MAX_ENV_ENTRIES 250
@@ -166,6 +168,12 @@ int cmd_reset(const struct json *args, struct buffer *out, char *error, size_t s
   for (const char **p = paths; p != NULL && *p != NULL; p++)
     if (empty_directory(*p, error, size) != 0) result = -1;
   free(paths);
-  if (result == 0) buffer_printf(out, "{\"killed\":%d}", killed);
+  /* SysV IPC objects belong to the IPC namespace, not to a process: only an agent
+     that owns the guest (PID 1, as it kills everyone) removes them; one started on
+     a host (a test) must not touch the host's. After the kill, none is attached. */
+  int ipc_removed = 0;
+  if (result == 0 && getpid() == 1) ipc_removed = ipc_remove_all(error, size);
+  if (ipc_removed < 0) result = -1;
+  if (result == 0) buffer_printf(out, "{\"killed\":%d,\"ipcRemoved\":%d}", killed, ipc_removed);
   return result;
 }

@@ -33,13 +33,38 @@ export function buildGuestAgent(): string {
   return guestAgentUnderTest();
 }
 
-/** dsec-guest --listen; with pidNamespace it is PID 1 of a new pid namespace (with its own /proc). */
-export async function startDsecGuest(options: { pidNamespace?: boolean } = {}): Promise<RunningAgent> {
+export interface DsecGuestOptions {
+  /**
+   * PID 1 of a new pid namespace (with its own /proc), as in a VM or a FnCall
+   * worker. Always with an IPC namespace of its own too: a reset as PID 1
+   * removes every SysV IPC object it sees, and must never see the host's.
+   */
+  readonly pidNamespace?: boolean;
+  /** An IPC namespace of its own (implied by pidNamespace). */
+  readonly ipcNamespace?: boolean;
+  /** Run the agent, as root, with only these capabilities (e.g. a container sandbox's, SANDBOX_CAPABILITIES). */
+  readonly capabilities?: readonly string[];
+}
+
+/** dsec-guest --listen, on the host or in namespaces of its own (see DsecGuestOptions). */
+export async function startDsecGuest(options: DsecGuestOptions = {}): Promise<RunningAgent> {
   const dir = mkdtempSync(join(tmpdir(), 'dsec-guest-test-'));
   const socket = join(dir, 'agent.sock');
-  const agent = [guestAgentUnderTest(), '--listen', socket];
-  const command = options.pidNamespace ? ['unshare', '--pid', '--fork', '--kill-child', '--mount-proc', ...agent] : agent;
-  return start(command, dir, socket);
+  const agent = [...(options.capabilities ? withOnlyCapabilities(options.capabilities) : []), guestAgentUnderTest(), '--listen', socket];
+  const namespaces = [
+    ...(options.pidNamespace ? ['--pid', '--fork', '--kill-child', '--mount-proc'] : []),
+    ...(options.pidNamespace || options.ipcNamespace ? ['--ipc'] : []),
+  ];
+  return start(namespaces.length > 0 ? ['unshare', ...namespaces, ...agent] : agent, dir, socket);
+}
+
+/**
+ * setpriv's prefix that runs a root command with only `capabilities`
+ * (CAP_* names): the bounding set is cut, so what root execs gets no more.
+ */
+function withOnlyCapabilities(capabilities: readonly string[]): string[] {
+  const kept = capabilities.map((name) => `+${name.replace(/^CAP_/, '').toLowerCase()}`);
+  return ['setpriv', '--inh-caps', '-all', '--bounding-set', ['-all', ...kept].join(',')];
 }
 
 /** Debian's QEMU guest agent on a unix socket: the agent a full VM's image runs. */
@@ -72,9 +97,10 @@ async function start(command: string[], dir: string, socket: string): Promise<Ru
       if (/Sanitizer|runtime error/.test(stderr)) throw new Error(`the agent reported errors:\n${stderr.slice(0, 4000)}`);
     },
   };
-  // Wait for the socket, so a test's connect timeout measures the agent, not its start.
+  // Wait until the socket listens, so a test's connect timeout measures the agent, not its start
+  // (the file appears at bind(), a moment before listen(): a connect then is refused).
   const deadline = Date.now() + 10_000;
-  while (!existsSync(socket)) {
+  while (!listening(socket)) {
     if (child.exitCode !== null || Date.now() > deadline) {
       await running.stop();
       throw new Error(`${command.join(' ')} did not start: ${stderr}`);
@@ -82,6 +108,14 @@ async function start(command: string[], dir: string, socket: string): Promise<Ru
     await sleep(10);
   }
   return running;
+}
+
+/** Whether a unix socket at `path` is listening (the __SO_ACCEPTCON flag in /proc/net/unix; the agents share the host's network namespace). */
+function listening(path: string): boolean {
+  if (!existsSync(path)) return false;
+  return readFileSync('/proc/net/unix', 'utf8')
+    .split('\n')
+    .some((line) => line.endsWith(` ${path}`) && line.trim().split(/\s+/)[3] === '00010000');
 }
 
 /** Whether a host process is still alive (and not a zombie). */

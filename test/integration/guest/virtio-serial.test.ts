@@ -94,7 +94,7 @@ describe('dsec-guest on a virtio-serial port', () => {
     const client = await connect();
     try {
       await client.exec({ path: '/bin/sh', args: ['-c', 'mkdir -p /tmp/work/sub && touch /tmp/work/sub/f; sleep 1000 & setsid sleep 1001 & exit 0'] });
-      expect(await client.reset(['/tmp/work'])).toEqual({ killed: 2 });
+      expect(await client.reset(['/tmp/work'])).toEqual({ killed: 2, ipcRemoved: 0 });
       const after = await client.exec({ path: '/bin/sh', args: ['-c', 'ls -A /tmp/work; pgrep sleep; true'] });
       expect(after.stdout.toString()).toBe('');
     } finally {
