@@ -16,7 +16,7 @@ export { DEFAULT_QEMU, findOnPath, findQemu, type QemuBinary } from './binary.js
 export { chooseAccel, probeKvm, PROBE_MARKER, type Accel, type AccelChoice, type AccelOptions, type AccelRequest } from './accel.js';
 export { hostTscRate, tscFromCpuinfo, tscFromKernelLog, type TscRate } from './tsc.js';
 export { QmpClient, QmpError, type QmpEvent, type QmpOptions } from './qmp.js';
-export { QemuProcess, isQemuOf, qemuArgv, qemuPaths, tailOf, type QemuLaunch, type QemuPaths } from './process.js';
+export { CONSOLE_CHARDEV, QemuProcess, isQemuOf, qemuArgv, qemuPaths, tailOf, type QemuLaunch, type QemuPaths } from './process.js';
 export { INCOMING_DEFER, restoreVmFromFile, saveVmToFile, type SaveResult } from './save-restore.js';
 export {
   DEFAULT_GUEST_KERNEL_DIR,

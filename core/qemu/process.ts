@@ -53,6 +53,9 @@ export interface QemuLaunch {
   readonly readyTimeoutMs?: number;
 }
 
+/** The chardev id of the serial console QemuProcess adds (`-serial chardev:dsec-console`). */
+export const CONSOLE_CHARDEV = 'dsec-console';
+
 /** The whole argv after the binary: `launch.args` plus the control and console plumbing. */
 export function qemuArgv(launch: Pick<QemuLaunch, 'args' | 'paths' | 'serialConsole'>): string[] {
   const { paths } = launch;
@@ -62,7 +65,7 @@ export function qemuArgv(launch: Pick<QemuLaunch, 'args' | 'paths' | 'serialCons
     '-pidfile', paths.pidFile,
     ...(launch.serialConsole === false
       ? []
-      : ['-chardev', `file,id=dsec-console,path=${paths.console},append=on`, '-serial', 'chardev:dsec-console']),
+      : ['-chardev', `file,id=${CONSOLE_CHARDEV},path=${paths.console},append=on`, '-serial', `chardev:${CONSOLE_CHARDEV}`]),
   ];
 }
 
@@ -138,6 +141,18 @@ export class QemuProcess {
   releaseQmp(): void {
     this.client?.close();
     this.client = undefined;
+  }
+
+  /**
+   * Stop writing the serial console to `paths.console`: from now on it goes
+   * to an in-memory ring of `ringBytes` (QMP `ringbuf-read` with device
+   * dsec-console reads it). Called once a guest booted, so what code inside
+   * writes to /dev/console cannot fill the host's disk; the boot's own
+   * output stays in the file for error messages.
+   */
+  async stopConsoleLog(ringBytes = 64 * 1024): Promise<void> {
+    const client = await this.qmp();
+    await client.execute('chardev-change', { id: CONSOLE_CHARDEV, backend: { type: 'ringbuf', data: { size: ringBytes } } });
   }
 
   /** Whether the process still runs (a zombie does not). */

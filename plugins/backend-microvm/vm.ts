@@ -95,13 +95,23 @@ export async function provisionVm(assets: AssetCache, options: ResolvedPluginOpt
   setRecord(sandbox, { ...record, pid: qemu.pid, handle: handleOf(qemu.pid, record.accel) });
   try {
     const guest = await waitForAgent(sandbox, qemu, paths, options.bootTimeoutMs);
-    qemu.releaseQmp();
+    await settle(sandbox, qemu);
     live.set(sandbox.dir, { qemu, guest });
     sandbox.node.log.debug(`microvm ${sandbox.spec.id}: booted in ${Date.now() - started} ms (${record.accel})`);
   } catch (error) {
     await qemu.kill().catch(() => undefined);
     throw error;
   }
+}
+
+/**
+ * A VM that answers: its console goes to a ring in memory from now on (code
+ * in the guest writing to /dev/console must not fill the host's disk), and
+ * QMP is let go of until a pause needs it.
+ */
+async function settle(sandbox: SandboxContext, qemu: QemuProcess): Promise<void> {
+  await qemu.stopConsoleLog().catch((error: Error) => sandbox.node.log.warn(`microvm ${sandbox.spec.id}: its console still goes to a file: ${error.message}`));
+  qemu.releaseQmp();
 }
 
 /** Wait for the guest agent to answer, failing fast when qemu exits first (a panic, a failed /init). */
@@ -247,7 +257,7 @@ export async function resumeVm(sandbox: SandboxContext): Promise<void> {
     await restoreVmFromFile(await qemu.qmp(), paths.stateFile);
     const guest = await GuestAgentClient.connect(paths.agentSocket, { timeoutMs: RESUME_AGENT_TIMEOUT_MS, id: sandbox.spec.id });
     live.set(sandbox.dir, { qemu, guest });
-    qemu.releaseQmp();
+    await settle(sandbox, qemu);
     await setGuestClock(sandbox, guest);
   } catch (error) {
     // The saved state stays: the sandbox is still paused and a later resume may succeed.

@@ -93,6 +93,14 @@ describe('a microVM sandbox', () => {
     expect(listed.stdout.trim()).toBe('600 7');
   });
 
+  it("keeps what code in the guest writes to the console off the host's disk once it booted", async () => {
+    const consoleLog = path.join(agent.root, 'sandboxes', ID, 'qemu-console.log');
+    const size = statSync(consoleLog).size;
+    expect(readFileSync(consoleLog, 'utf8')).toContain('dsec-init: starting the guest agent');
+    await agent.client.exec(ID, { cmd: ['sh', '-c', 'for i in $(seq 200); do echo flooding the console > /dev/console; done'] });
+    expect(statSync(consoleLog).size).toBe(size);
+  });
+
   it('says a missing file is DSEC_FILE_NOT_FOUND', async () => {
     await expect(agent.client.readFile(ID, { path: '/no/such/file' })).rejects.toMatchObject({ code: 'DSEC_FILE_NOT_FOUND' });
   });
