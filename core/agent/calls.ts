@@ -28,7 +28,13 @@ export interface CallHost {
 
 type SandboxOperation = Extract<BackendHookKind, 'exec' | 'readFile' | 'writeFile'>;
 
+/** How often a pool worker's activity clock is written to disk at most. */
+const ACTIVITY_PERSIST_MS = 5_000;
+
 export class SandboxCalls {
+  /** When each worker's activity was last persisted (see touchWorker). */
+  private readonly persistedActivity = new Map<string, number>();
+
   constructor(private readonly host: CallHost) {}
 
   /** Run a command in a sandbox. */
@@ -74,7 +80,26 @@ export class SandboxCalls {
     const backend = [...backends].sort().find((kind) => backendSupports(this.host.dsec, 'invoke', kind)) ?? [...backends].sort()[0];
     const result = await backendHook(this.host.dsec, 'invoke', backend).promise({ fleet, node: this.host.node, task });
     if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend, operation: 'invoke' });
+    this.touchWorker(result.worker);
     return result;
+  }
+
+  /**
+   * A task is activity for the worker that ran it, so a pool under load is
+   * never reaped as idle (`ttl.idleStop`). Kept in memory at once (the reaper
+   * reads it there); written to disk at most every ACTIVITY_PERSIST_MS, since
+   * a pool runs hundreds of tasks a second and the clock only needs to
+   * survive an agent restart roughly.
+   */
+  private touchWorker(id: string): void {
+    const entry = this.host.store.get(id);
+    if (!entry) return;
+    const now = Date.now();
+    const persisted = this.persistedActivity.get(id) ?? 0;
+    entry.lastActivityAt = new Date(now).toISOString();
+    if (now - persisted < ACTIVITY_PERSIST_MS) return;
+    this.persistedActivity.set(id, now);
+    void this.host.store.persist(entry).catch(() => undefined);
   }
 
   /** Admit the call (resuming a paused sandbox), run it on the backend's tap, and say clearly what went wrong. */

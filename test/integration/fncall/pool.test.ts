@@ -46,6 +46,14 @@ describe('FnCall pool', () => {
     expect(result.queuedMs).toBeGreaterThanOrEqual(0);
   });
 
+  it('counts a task as activity for the worker that ran it, so an idle-stop TTL never reaps a busy pool', async () => {
+    const before = Date.now();
+    const result = await invoke(agent, 'solo', { runtime: 'sh', code: 'true' });
+    const info = await agent.client.getSandbox(result.worker);
+    expect(info.lastActivityAt).toBeDefined();
+    expect(Date.parse(info.lastActivityAt!)).toBeGreaterThanOrEqual(before - 1);
+  });
+
   it('gives the task its files under /work, in folders too, and runs interpreters named by path', async () => {
     const result = await invoke(agent, 'fn', {
       runtime: '/bin/sh',
