@@ -186,11 +186,41 @@ async function liveVm(sandbox: SandboxContext): Promise<LiveVm | undefined> {
   const known = live.get(sandbox.dir);
   if (known && (await known.qemu.isAlive())) return known;
   if (known) forget(sandbox.dir);
-  const adopted = await QemuProcess.adopt(microvmPaths(sandbox.dir).qemu);
-  if (!adopted) return undefined;
+  const paths = microvmPaths(sandbox.dir);
+  const adopted = await QemuProcess.adopt(paths.qemu);
+  if (!adopted || !(await finishInterruptedPause(sandbox, adopted, paths))) return undefined;
   const vm = { qemu: adopted };
   live.set(sandbox.dir, vm);
   return vm;
+}
+
+/**
+ * A qemu a previous agent left behind may be half-way through a pause that
+ * agent did not live to finish: saved (`postmigrate`, the state file
+ * complete) but not quit, which is quit now (the sandbox is paused); or
+ * stopped before the state was complete, which runs on. Returns whether the
+ * VM still runs. QMP may be held by someone else: then it is left alone.
+ */
+async function finishInterruptedPause(sandbox: SandboxContext, qemu: QemuProcess, paths: MicrovmPaths): Promise<boolean> {
+  try {
+    const qmp = await qemu.qmp(2000);
+    const { status } = await qmp.execute<{ status: string }>('query-status', undefined, { timeoutMs: 2000 });
+    const saved = (await stat(paths.stateFile).catch(() => undefined))?.isFile();
+    if (status === 'postmigrate' && saved) {
+      sandbox.node.log.info(`microvm ${sandbox.spec.id}: its pause was saved but qemu not ended (the agent stopped meanwhile): ending it now`);
+      await qemu.quit();
+      return false;
+    }
+    if (status === 'paused' || status === 'postmigrate' || status === 'finish-migrate') {
+      sandbox.node.log.info(`microvm ${sandbox.spec.id}: found stopped half-way through a pause (${status}): letting it run`);
+      await qmp.execute('cont');
+    }
+  } catch {
+    // QMP busy or slow: take the VM as it is
+  } finally {
+    qemu.releaseQmp();
+  }
+  return true;
 }
 
 function forget(dir: string): void {
@@ -218,9 +248,9 @@ export async function runningPid(sandbox: SandboxContext): Promise<number | unde
 
 export async function probeVm(sandbox: SandboxContext): Promise<BackendProbe> {
   if (await liveVm(sandbox)) return 'running';
-  const record = recordOf(sandbox);
+  // The state file is complete or absent (written beside and renamed), and removed once resumed.
   const saved = await stat(microvmPaths(sandbox.dir).stateFile).catch(() => undefined);
-  return record?.paused && saved?.isFile() ? 'paused' : 'stopped';
+  return saved?.isFile() ? 'paused' : 'stopped';
 }
 
 /** Save the VM (memory and devices) to vm.state and end its qemu: its memory is then on disk, not in RAM. */

@@ -10,7 +10,7 @@ import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxSpec } from '../../../core/live.js';
-import { QmpClient } from '../../../core/qemu/index.js';
+import { QmpClient, saveVmToFile } from '../../../core/qemu/index.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
 import { isRunning, killQemusUnder, pidOfHandle, qemuProcessesUnder } from './vm-processes.js';
 
@@ -85,6 +85,23 @@ describe('microVM faults', () => {
     expect(pidOfHandle(info.handle)).toBe(before);
     expect((await agent.client.exec(ID, { cmd: ['cat', '/tmp/kept'] })).stdout).toBe('kept\n');
     expect((await agent.client.pauseSandbox(ID)).status).toBe('paused');
+    expect((await agent.client.resumeSandbox(ID)).status).toBe('running');
+    expect((await agent.client.exec(ID, { cmd: ['cat', '/tmp/kept'] })).stdout).toBe('kept\n');
+  });
+
+  it('finishes a pause that an agent killed half-way did not: saved but not ended, it is ended and the sandbox is paused', async () => {
+    const pid = pidOfHandle((await agent.client.getSandbox(ID)).handle);
+    await agent.kill();
+    // What the dead agent had done: the VM stopped and saved to its state file, qemu not yet told to quit.
+    const qmp = await QmpClient.connect(path.join(agent.root, 'sandboxes', ID, 'qemu.qmp'));
+    try {
+      await saveVmToFile(qmp, path.join(agent.root, 'sandboxes', ID, 'vm.state'));
+    } finally {
+      qmp.close();
+    }
+    await agent.startDaemon();
+    expect((await agent.client.getSandbox(ID)).status).toBe('paused');
+    expect(isRunning(pid)).toBe(false);
     expect((await agent.client.resumeSandbox(ID)).status).toBe('running');
     expect((await agent.client.exec(ID, { cmd: ['cat', '/tmp/kept'] })).stdout).toBe('kept\n');
   });
