@@ -3,7 +3,8 @@
  * upperMiB}`) on a layer given as a plain tree (the fixed-layers test store
  * has no images): the backend builds the layer's EROFS image itself, once,
  * and the guest's writes land on an ext4 disk of the size asked for, which
- * outlives a pause.
+ * outlives a pause; a guest kernel crash ends its qemu and the sandbox is
+ * stopped.
  */
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -53,6 +54,14 @@ describe('a microVM with a disk upper layer', () => {
     const note = await agent.client.readFile(ID, { path: '/data/note' });
     expect(Buffer.from(note.data, 'base64').toString()).toBe('on disk');
     expect((await agent.client.exec(ID, { cmd: ['sh', '-c', 'ls -la /big | wc -l'] })).stdout.trim()).toBe('1');
+  });
+
+  it('is stopped once its guest kernel crashes (qemu powers off at the panic), and calls say so', async () => {
+    await agent.client.exec(ID, { cmd: ['sh', '-c', '(sleep 0.2; echo c > /proc/sysrq-trigger) >/dev/null 2>&1 &'] });
+    for (let i = 0; i < 100 && qemuProcessesUnder(agent.tmp).length > 0; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(qemuProcessesUnder(agent.tmp)).toEqual([]);
+    expect((await agent.client.getSandbox(ID)).status).toBe('stopped');
+    await expect(agent.client.exec(ID, { cmd: ['true'] })).rejects.toMatchObject({ code: 'DSEC_SANDBOX_NOT_RUNNING' });
   });
 
   it('removes the disk with the sandbox', async () => {
