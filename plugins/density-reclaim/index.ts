@@ -99,7 +99,8 @@ export async function reclaimPaused(sandbox: SandboxContext): Promise<void> {
   if (sandbox.spec.density?.reclaimOnPause === false) return;
   const dir = sandbox.cgroups?.memory;
   if (!dir) {
-    log.warn(`${PLUGIN_NAME}: sandbox ${id} is paused but its backend gave no memory cgroup: nothing reclaimed`);
+    // VM backends keep no memory cgroup: their pause already saved the guest's memory to a file and ended qemu.
+    log.debug(`${PLUGIN_NAME}: sandbox ${id} has no memory cgroup (backend ${sandbox.spec.backend}): nothing to reclaim`);
     return;
   }
   const started = performance.now();
