@@ -27,8 +27,8 @@ const guestHeaders = readdirSync(`${root}native/guest`)
 const PROGRAMS = [
   {
     output: `${OUT_DIR}/dsec-native`,
-    sources: [`${root}native/dsec-native.c`],
-    inputs: [`${root}native/dsec-native.c`],
+    sources: [`${root}native/dsec-native.c`, `${root}native/host/files.c`],
+    inputs: [`${root}native/dsec-native.c`, `${root}native/host/files.c`, `${root}native/host/files.h`],
     flags: [],
     hint: 'without libc6-dev, run scripts/setup.sh',
   },
