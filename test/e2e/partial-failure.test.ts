@@ -22,7 +22,7 @@ describe('an apply where one of two fleets fails', () => {
     expect(result.stdout).toMatch(/^ {2}ok +layer\.base@1\.0\.0$/m);
     expect(result.stdout).toMatch(/^ {2}ok +fleet\.good$/m);
     expect(result.stdout).toMatch(
-      /^ {2}failed fleet\.bad: 2 of 2 sandbox operation\(s\) failed; first: no plugin provides backend nosuch \(have: container\) \[DSEC_BACKEND_UNKNOWN\]$/m,
+      /^ {2}failed fleet\.bad: 2 of 2 sandbox operation\(s\) failed; first: no plugin provides backend nosuch \(have: container, fncall, microvm, vm\) \[DSEC_BACKEND_UNKNOWN\]$/m,
     );
     expect(result.stdout).not.toMatch(/failed fleet\.good/);
     expect(result.stdout).toContain('sandboxes: 2 done, 2 failed');

@@ -61,7 +61,9 @@ describe('squashing a run of layers', () => {
     expect(squash).toMatchObject({ bottom: true, format: 'erofs', layers: layers.map(refOf) });
     const resolved = await ws.store.resolve('after', layers.map(refOf));
     expect(resolved).toEqual([
-      { ref: 'base@1.0.0+repo@1.0.0+tool@1.0.0+harness@1.0.0', digest: squash.digest, path: join(ws.store.dir, 'mnt', squash.digest.slice(7)), squashed: layers.map((layer) => layer.digest) },
+      { ref: 'base@1.0.0+repo@1.0.0+tool@1.0.0+harness@1.0.0', digest: squash.digest, path: join(ws.store.dir, 'mnt', squash.digest.slice(7)), squashed: layers.map((layer) => layer.digest),
+        // The squashed image itself, for VM backends that hand layers to a guest as block devices.
+        image: { format: 'erofs', path: join(ws.store.dir, 'layers', `${squash.digest.slice(7)}.erofs`) } },
     ]);
     const merged = resolved[0].path;
     expect((await walkTree(merged, 'merged')).map((entry) => entry.type)).not.toContain('whiteout');
