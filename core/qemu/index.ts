@@ -11,6 +11,7 @@
  *   guest-kernel findGuestKernel, resolveKernelModules: the guest kernel and the modules it needs
  *   vmlinux      extractVmlinux: the bzImage's kernel unpacked, for a PVH boot (faster, less guest memory touched)
  *   initramfs    buildInitramfs: a gzipped newc cpio of files, texts and modules, cached by digest
+ *   usage        qemuUsage / savedVmUsage: what a running or paused VM uses, from /proc and its state file
  */
 export { DEFAULT_QEMU, findOnPath, findQemu, type QemuBinary } from './binary.js';
 export { chooseAccel, probeKvm, PROBE_MARKER, type Accel, type AccelChoice, type AccelOptions, type AccelRequest } from './accel.js';
@@ -36,3 +37,4 @@ export {
   type InitramfsFile,
   type InitramfsSpec,
 } from './initramfs.js';
+export { IDLE_VM_USAGE, qemuUsage, savedVmUsage } from './usage.js';

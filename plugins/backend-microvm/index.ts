@@ -20,6 +20,8 @@
 import {
   DsecError,
   findOnPath,
+  IDLE_VM_USAGE,
+  qemuUsage,
   STAGE,
   type Dsec,
   type DsecPlugin,
@@ -29,7 +31,6 @@ import {
 import { AssetCache } from './assets.js';
 import { execInVm, readFileInVm, writeFileInVm } from './calls.js';
 import { BACKEND_KIND, PLUGIN_NAME, pluginOptions, sandboxOptions, type BackendMicrovmOptions, type MicrovmSandboxOptions } from './options.js';
-import { IDLE_USAGE, qemuUsage } from './usage.js';
 import { checkMicrovmFleets } from './validate.js';
 import { destroyVm, pauseVm, probeVm, provisionVm, resumeVm, runningPid } from './vm.js';
 
@@ -75,7 +76,7 @@ export default function backendMicrovm(raw: BackendMicrovmOptions = {}): DsecPlu
       hooks.usage.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
         failAs('read the usage of', sandbox, async (): Promise<SandboxUsage> => {
           const pid = await runningPid(sandbox);
-          return pid === undefined ? IDLE_USAGE : qemuUsage(pid);
+          return pid === undefined ? IDLE_VM_USAGE : qemuUsage(pid);
         }),
       );
       hooks.destroy.tapPromise(tap, async (sandbox) => {

@@ -11,6 +11,8 @@ import {
   DsecError,
   findGuestKernel,
   findQemu as findQemuBinary,
+  qemuUsage,
+  savedVmUsage,
   type AccelChoice,
   type BackendProbe,
   type NodeContext,
@@ -22,7 +24,6 @@ import { connectGuest, GuestConnections, type GuestConnection } from './guest.js
 import { checkImage, createOverlay } from './image.js';
 import { machineArgs, SHORT_SOCKET_ROOT, vmPaths, type VmPaths } from './machine.js';
 import { PLUGIN_NAME, sandboxOptions, type BackendVmOptions } from './options.js';
-import { qemuUsage, savedUsage } from './usage.js';
 import { handleOf, QemuProcesses, restore, saveAndQuit, startQemu, waitForGuest, type VmRecord } from './vm.js';
 
 /** How long a resumed VM's guest agent has to answer again (its guest was running when saved). */
@@ -134,7 +135,7 @@ export class VmLifecycle {
     const record = requireRecord(sandbox);
     const files = vmPaths(sandbox.dir);
     const before = record.cpuSecondsBefore ?? 0;
-    if (record.saved) return savedUsage(files.state, before);
+    if (record.saved) return savedVmUsage(files.state, before);
     const vm = await this.vms.find(sandbox.spec.id, files);
     if (!vm) return { cpuSeconds: before, memoryMiB: 0, cacheMiB: 0, swapMiB: 0, processes: 0 };
     const used = await qemuUsage(vm.pid);
