@@ -32,6 +32,7 @@ const KNOWN: readonly Benchmark[] = [
   { name: 'placement', title: 'placement: a 32,000-sandbox burst over 160 nodes, decisions/s and max/mean load' },
   { name: 'cluster-burst', title: 'a fleet of 200 container sandboxes over three cluster agents beside one local agent, sandboxes/s' },
   { name: 'fncall', title: 'FnCall: invocations/s of a trivial task through a pool beside a fresh container per task' },
+  { name: 'backends', title: 'container, fncall, microVM, full VM: create-to-first-exec latency and memory per idle sandbox, with the accelerator' },
 ];
 
 const here = path.dirname(fileURLToPath(import.meta.url));
