@@ -7,7 +7,7 @@
  * as the agent persists it (its qemu pid, its cgroups), and a safety net for
  * qemu processes a failed run left behind.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { median } from './measure.js';
 
@@ -91,35 +91,7 @@ export function probedAccel(pluginDir: string): { accel: string; reason: string;
   }
 }
 
-/** Pids of live qemu processes whose command line mentions `dir` (their disks, sockets and logs are there). */
-export function qemuProcessesUnder(dir: string): number[] {
-  const found: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      if (stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z')) continue;
-      const argv = readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0');
-      if (argv[0]?.includes('qemu-system') && argv.some((arg) => arg.includes(dir))) found.push(Number(name));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return found;
-}
-
-/** SIGKILL every qemu under `dir` (the last safety net); returns how many there were. Never throws. */
-export function killQemuUnder(dir: string): number {
-  const pids = qemuProcessesUnder(dir);
-  for (const pid of pids) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone
-    }
-  }
-  return pids.length;
-}
+export { killQemuUnder, qemuProcessesUnder } from './qemu-processes.js';
 
 /** Nearest-rank percentile (p in 0..100) of a sample. */
 export function percentile(values: readonly number[], p: number): number {

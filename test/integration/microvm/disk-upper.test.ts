@@ -10,7 +10,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TestAgent } from '../../helpers/agent-fixture.js';
-import { killQemusUnder, qemuProcessesUnder } from './vm-processes.js';
+import { killQemuUnder, qemuProcessesUnder } from './vm-processes.js';
 
 const ID = 'vm-disk';
 let agent: TestAgent;
@@ -26,7 +26,7 @@ afterAll(async () => {
   try {
     await agent?.dispose();
   } finally {
-    if (agent) killQemusUnder(agent.tmp);
+    if (agent) killQemuUnder(agent.tmp);
   }
 });
 

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxSpec } from '../../../core/live.js';
 import { QmpClient, saveVmToFile } from '../../../core/qemu/index.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
-import { isRunning, killQemusUnder, pidOfHandle, qemuProcessesUnder } from './vm-processes.js';
+import { isRunning, killQemuUnder, pidOfHandle, qemuProcessesUnder } from './vm-processes.js';
 
 const ID = 'vm-fault';
 const agents: TestAgent[] = [];
@@ -42,7 +42,7 @@ afterAll(async () => {
     try {
       await each.dispose();
     } finally {
-      killQemusUnder(each.tmp);
+      killQemuUnder(each.tmp);
     }
   }
 });

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxInfo, SandboxSpec } from '../../../core/live.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
-import { isRunning, killQemusUnder, pidOfHandle, qemuProcessesUnder } from './vm-processes.js';
+import { isRunning, killQemuUnder, pidOfHandle, qemuProcessesUnder } from './vm-processes.js';
 
 const ID = 'vm-life';
 let agent: TestAgent;
@@ -53,7 +53,7 @@ afterAll(async () => {
   try {
     await agent?.dispose();
   } finally {
-    if (agent) killQemusUnder(agent.tmp);
+    if (agent) killQemuUnder(agent.tmp);
   }
 });
 

@@ -26,7 +26,7 @@ import {
   type GuestKernel,
   type QemuBinary,
 } from '../../../core/qemu/index.js';
-import { killQemusUnder } from '../microvm/vm-processes.js';
+import { killQemuUnder } from '../microvm/vm-processes.js';
 
 let dir: string;
 let qemu: QemuBinary;
@@ -75,7 +75,7 @@ afterAll(async () => {
   try {
     for (const vm of started) await vm.kill().catch(() => undefined);
   } finally {
-    killQemusUnder(dir);
+    killQemuUnder(dir);
     rmSync(dir, { recursive: true, force: true });
   }
 });
