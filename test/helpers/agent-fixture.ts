@@ -220,9 +220,20 @@ export async function sweep(root: string, tmp: string): Promise<void> {
   }
 }
 
-export function runcContainers(): string[] {
-  const output = execFileSync('runc', ['list', '--quiet'], { encoding: 'utf8' });
-  return output.split('\n').filter(Boolean);
+/**
+ * The ids of every runc container on the machine. `runc list` fails now and
+ * then when a container is deleted while it reads the states (other test
+ * files run beside this one), so it is asked again.
+ */
+export function runcContainers(attempts = 5): string[] {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      const output = execFileSync('runc', ['list', '--quiet'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+      return output.split('\n').filter(Boolean);
+    } catch (error) {
+      if (attempt >= attempts) throw error;
+    }
+  }
 }
 
 export function mountPointsUnder(dir: string): string[] {
