@@ -74,5 +74,7 @@ int process_poll_timeout(int fallback);
 /* Kill every process the agent may: as PID 1 all of them, otherwise its
    descendants. Waits (up to a few seconds) until they are reaped. */
 int process_kill_all(void);
+/* Close every tracked child's pipes (after process_kill_all: their processes are gone). */
+void process_close_pipes(void);
 
 #endif
