@@ -24,13 +24,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Dsec } from '../../core/dsec.js';
+import { nodeContext, sandboxContext, sandboxSpec } from '../helpers/contexts.js';
 import { leftovers, sweepMounts } from '../helpers/mounts.js';
 import type {
   DsecPlugin,
   ErrorCode,
   LayerModel,
   LayerRecord,
-  Logger,
   NodeContext,
   SandboxContext,
 } from '../../core/plugin-api.js';
@@ -49,8 +49,6 @@ export interface StorageConformanceOptions {
    */
   readonly mountDirs?: (nodeRoot: string, plugin: DsecPlugin) => string[];
 }
-
-const quietLog: Logger = { info() {}, warn() {}, debug() {} };
 
 /** Resolves to the error a promise rejects with; fails the test if it resolves. */
 async function rejectionOf(promise: Promise<unknown>): Promise<Error & { code?: string }> {
@@ -90,7 +88,7 @@ export function describeStorageConformance(
 
     beforeEach(async () => {
       root = await fs.mkdtemp(join(tmpdir(), 'dsec-storage-conformance-'));
-      node = { name: 'conformance-node', root: join(root, 'node'), log: quietLog };
+      node = nodeContext('conformance-node', join(root, 'node'));
       await fs.mkdir(node.root);
       plugin = makePlugin();
       dsec = new Dsec().use(plugin);
@@ -121,27 +119,7 @@ export function describeStorageConformance(
       const id = `conformance-${++sandboxes}`;
       const dir = join(root, 'sandboxes', id);
       await fs.mkdir(dir, { recursive: true });
-      return {
-        spec: {
-          id,
-          backend: 'container',
-          layers: records.map(({ name: layerName, version, digest }) => ({ name: layerName, version, digest })),
-          env: {},
-          workdir: '/',
-          user: 'root',
-          resources: { cpu: 1, memoryMiB: 256, pids: 256 },
-          network: 'none',
-          qos: 'best-effort',
-          labels: {},
-        },
-        node,
-        dir,
-        status: 'creating',
-        lowerDirs: [],
-        storage: {},
-        backend: {},
-        createdAt: new Date().toISOString(),
-      };
+      return sandboxContext(sandboxSpec(id, records), node, dir);
     }
 
     it('publishes a directory layer with the digest digestLayer announced', async () => {

@@ -23,3 +23,9 @@ export async function caught(run: () => Promise<unknown>): Promise<DsecError> {
   }
   throw new Error('expected a DsecError');
 }
+
+/** The ids of the sandboxes the state records for fleet `name`, sorted; [] when it records no such fleet. */
+export function fleetSandboxIds(state: StateFile, name: string): string[] {
+  const record = state.resources[`fleet.${name}`];
+  return record?.type === 'fleet' ? Object.keys(record.sandboxes).sort() : [];
+}

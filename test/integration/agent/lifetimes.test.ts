@@ -115,7 +115,7 @@ describe('the reaper', () => {
 
     const replaced = await waitFor('lt-idle to be replaced', () => find('lt-idle'), (info) => info !== undefined && info.createdAt !== first.createdAt && info.status === 'running');
     expect(replaced).toMatchObject({ labels: fleetLabels, ttl: { idleStopSeconds: 2 }, resources: first.resources, layers: first.layers });
-    expect(replaced.lastActivityAt).toBeUndefined();
+    expect(replaced!.lastActivityAt).toBeUndefined();
     // A fresh sandbox: what the previous one wrote is gone.
     expect((await agent.client.exec('lt-idle', { cmd: ['cat', '/tmp/mark'] })).exitCode).not.toBe(0);
 
@@ -139,7 +139,8 @@ describe('the reaper', () => {
     expect((await agent.client.getSandbox('lt-claimed')).createdAt).toBe(claimed.createdAt);
 
     const replaced = await waitFor('lt-claimed to be replaced after its claim expired', () => find('lt-claimed'), (info) => info !== undefined && info.createdAt !== claimed.createdAt);
-    expect(replaced.claim).toBeUndefined();
+    expect(replaced).toBeDefined();
+    expect(replaced!.claim).toBeUndefined();
     expect(agent.logText()).toMatch(/sandbox lt-claimed: reaped because the claim of rollout-7 expired at/);
     await waitFor('lt-busy to be reaped once idle', () => find('lt-busy'), (info) => info === undefined);
     await agent.client.updateSandbox('lt-claimed', { ttl: {} });
@@ -163,7 +164,8 @@ describe('the reaper', () => {
       await agent.startDaemon();
     }
     const after = await waitFor('lt-restart to be replaced', () => find('lt-restart'), (info) => info !== undefined && info.createdAt !== before.createdAt && info.status === 'running');
-    expect(after.labels).toEqual(labels);
+    expect(after).toBeDefined();
+    expect(after!.labels).toEqual(labels);
     await agent.client.updateSandbox('lt-restart', { ttl: {} });
   });
 });

@@ -7,6 +7,7 @@
  * Needs the compiled CLI and agent: run `npm run build` first.
  */
 import { afterEach, expect, it } from 'vitest';
+import { fleetSandboxIds } from '../../helpers/state.js';
 import { CliCluster, fleetYaml, KEYS, runningIn, sleep } from './cli-cluster.js';
 
 let cluster: CliCluster | undefined;
@@ -43,7 +44,7 @@ it('keeps applying a fleet of 12 over three agents when the etcd leader is SIGKI
   expect(new Set(running.map((sandbox) => sandbox.node))).toEqual(new Set(['node-a', 'node-b', 'node-c']));
   // The state records exactly the live sandboxes.
   const state = await cluster.state();
-  expect(Object.keys(state.resources['fleet.web']?.sandboxes ?? {}).sort()).toEqual(running.map((sandbox) => sandbox.id).sort());
+  expect(fleetSandboxIds(state, 'web')).toEqual(running.map((sandbox) => sandbox.id).sort());
   // Each id on exactly one node.
   const lists = await cluster.idsByNode();
   expect(Object.values(lists).flat().sort()).toEqual(running.map((sandbox) => sandbox.id).sort());

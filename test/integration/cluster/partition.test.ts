@@ -13,6 +13,7 @@
  */
 import { afterEach, expect, it } from 'vitest';
 import { startClusterAgent } from '../../../core/agent/cluster-daemon.js';
+import { fleetSandboxIds } from '../../helpers/state.js';
 import { CliCluster, fleetYaml, KEYS, runningIn, sleep } from './cli-cluster.js';
 
 let cluster: CliCluster | undefined;
@@ -69,7 +70,7 @@ it('converges after an agent is SIGKILLed mid-apply and its lease lapses, with n
   expect(new Set(listed).size).toBe(listed.length);
   expect(listed.sort()).toEqual(ids);
   // The state and the placements name exactly those.
-  expect(Object.keys((await cluster.state()).resources['fleet.web']?.sandboxes ?? {}).sort()).toEqual(ids);
+  expect(fleetSandboxIds(await cluster.state(), 'web')).toEqual(ids);
   expect((await etcd.getAll().prefix(KEYS.placements).keys()).map((key) => key.slice(KEYS.placements.length)).sort()).toEqual(ids);
 
   const plan = await cluster.dsec(['plan', '--detailed-exitcode']);

@@ -13,7 +13,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LABEL_FLEET, prefetchProcesses, silentLogger, type SandboxSpec } from '../../../core/plugin-api.js';
+import { silentLogger } from '../../../core/dsec.js';
+import { LABEL_FLEET, prefetchProcesses, type SandboxSpec } from '../../../core/plugin-api.js';
 import {
   ensureSwap,
   forceEmpty,

@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Dsec } from '../../../core/dsec.js';
 import type { LayerModel, LayerRecord, Logger, NodeContext, SandboxContext, StorageStats } from '../../../core/plugin-api.js';
 import storage3fs, { findMount, type Storage3fsOptions } from '../../../plugins/storage-3fs/index.js';
+import { nodeContext, sandboxContext, sandboxSpec } from '../../helpers/contexts.js';
 import { leftovers, sweepMounts } from '../../helpers/mounts.js';
 import { rejectionOf, writeTree } from '../../unit/layers/helpers.js';
 
@@ -35,7 +36,7 @@ interface Node {
 let sources = 0;
 function nodeOn(name: string, options: Partial<Storage3fsOptions> = {}): Node {
   const log: Logger = { info: (m) => logged.push(m), warn: (m) => logged.push(`warn: ${m}`), debug: () => {} };
-  const node: NodeContext = { name, root: join(root, name), log };
+  const node = nodeContext(name, join(root, name), { log });
   const dsec = new Dsec().use(storage3fs({ mount, format: 'erofs', ...options }));
   return {
     node,
@@ -51,27 +52,7 @@ function nodeOn(name: string, options: Partial<Storage3fsOptions> = {}): Node {
       return (await dsec.hooks.publishLayer.promise({ layer, node }))!;
     },
     async resolve(id, ...records) {
-      const sandbox: SandboxContext = {
-        spec: {
-          id,
-          backend: 'container',
-          layers: records.map(({ name: n, version, digest }) => ({ name: n, version, digest })),
-          env: {},
-          workdir: '/',
-          user: 'root',
-          resources: { cpu: 1, memoryMiB: 256, pids: 256 },
-          network: 'none',
-          qos: 'best-effort',
-          labels: {},
-        },
-        node,
-        dir: join(root, name, 'sandboxes', id),
-        status: 'creating',
-        lowerDirs: [],
-        storage: {},
-        backend: {},
-        createdAt: new Date().toISOString(),
-      };
+      const sandbox = sandboxContext(sandboxSpec(id, records), node, join(root, name, 'sandboxes', id));
       await dsec.hooks.resolveLayers.promise(sandbox);
       return sandbox;
     },

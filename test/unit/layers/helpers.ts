@@ -8,11 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { Dsec } from '../../../core/dsec.js';
-import type { LayerModel, LayerRecord, LayerSource, Logger, NodeContext } from '../../../core/plugin-api.js';
+import type { LayerModel, LayerRecord, LayerSource, NodeContext } from '../../../core/plugin-api.js';
 import storageLocal, { type StorageLocalOptions } from '../../../plugins/storage-local/index.js';
+import { nodeContext } from '../../helpers/contexts.js';
 import { sweepMounts } from '../../helpers/mounts.js';
-
-export const quietLog: Logger = { info() {}, warn() {}, debug() {} };
 
 export interface Workspace {
   readonly root: string;
@@ -36,7 +35,7 @@ export interface Workspace {
  */
 export async function makeWorkspace(options: StorageLocalOptions = { format: 'tree' }): Promise<Workspace> {
   const root = await fs.mkdtemp(join(tmpdir(), 'dsec-storage-local-'));
-  const node: NodeContext = { name: 'test-node', root: join(root, 'node'), log: quietLog };
+  const node = nodeContext('test-node', join(root, 'node'));
   await fs.mkdir(node.root);
   const dsec = new Dsec().use(storageLocal(options));
   const store = join(node.root, 'storage-local');

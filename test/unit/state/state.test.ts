@@ -142,6 +142,7 @@ describe('StateSession.write', () => {
               ttl: {},
               labels: {},
               update: { maxUnavailable: 1 },
+              density: { memorySharing: false, reclaimOnPause: true },
               layers: [{ name: 'a', version: '1.0.0', digest: 'sha256:a' }],
               env: {},
               workdir: '/',

@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Dsec } from '../../../core/dsec.js';
 import type { LayerRecord, Logger, SandboxContext } from '../../../core/plugin-api.js';
 import storageLocal, { PLUGIN_NAME } from '../../../plugins/storage-local/index.js';
+import { sandboxContext, sandboxSpec } from '../../helpers/contexts.js';
 import { layerModel, makeWorkspace, rejectionOf, writeTree, type Workspace } from '../layers/helpers.js';
 
 let ws: Workspace;
@@ -21,27 +22,7 @@ async function dirLayer(ref: string, files: Record<string, string>) {
 }
 
 function sandbox(id: string, ...records: LayerRecord[]): SandboxContext {
-  return {
-    spec: {
-      id,
-      backend: 'container',
-      layers: records.map(({ name, version, digest }) => ({ name, version, digest })),
-      env: {},
-      workdir: '/',
-      user: 'root',
-      resources: { cpu: 1, memoryMiB: 256, pids: 256 },
-      network: 'none',
-      qos: 'best-effort',
-      labels: {},
-    },
-    node: ws.node,
-    dir: join(ws.root, 'sandboxes', id),
-    status: 'creating',
-    lowerDirs: [],
-    storage: {},
-    backend: {},
-    createdAt: new Date().toISOString(),
-  };
+  return sandboxContext(sandboxSpec(id, records), ws.node, join(ws.root, 'sandboxes', id));
 }
 
 const hexOf = (record: LayerRecord) => record.digest.slice('sha256:'.length);
