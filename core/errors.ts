@@ -78,6 +78,7 @@ export const ERRORS = Object.freeze({
   DSEC_FILE_INVALID: 'file {path} in sandbox {id}: {message}',
   DSEC_FUNCTION_NO_WORKERS: 'fleet {fleet} has no FnCall workers on {where}; apply a fleet with backend fncall first',
   DSEC_FUNCTION_INVALID: 'the task for fleet {fleet} is not valid: {message}',
+  DSEC_FUNCTION_AMBIGUOUS: 'fleet {fleet} on {where} holds workers of {count} projects (lineages {lineages}); tasks would run in whichever environment is free, so none was run: give the fleets distinct names',
   DSEC_GUEST_UNREACHABLE: 'the guest agent of sandbox {id} does not answer: {message}',
   DSEC_GUEST_BOOT_FAILED: 'sandbox {id} did not boot: {message}',
   DSEC_GUEST_COMMAND_FAILED: 'the guest agent of sandbox {id} refused {command}: {message}',

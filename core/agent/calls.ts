@@ -10,7 +10,7 @@
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import type { NodeContext, SandboxContext } from '../hooks.js';
-import { LABEL_FLEET, type ExecResult, type FileContent, type FunctionResult, type ReadFileRequest, type WriteFileRequest } from '../live.js';
+import { LABEL_FLEET, LABEL_LINEAGE, type ExecResult, type FileContent, type FunctionResult, type ReadFileRequest, type WriteFileRequest } from '../live.js';
 import { asDsecError, backendHook, backendSupports, type BackendHookKind } from './backend-hooks.js';
 import type { PauseControl } from './pause.js';
 import type { SandboxEntry, SandboxStore } from './store.js';
@@ -69,13 +69,14 @@ export class SandboxCalls {
     if (typeof fleetInput !== 'string' || fleetInput === '') throw new DsecError('DSEC_AGENT_REQUEST', { message: 'the fleet name must be a non-empty string' });
     const fleet = fleetInput;
     const task = checkFunctionTask(fleet, taskInput);
-    const backends = new Set(
-      this.host.store
-        .all()
-        .filter((entry) => entry.ctx.spec.labels[LABEL_FLEET] === fleet && entry.ctx.status !== 'failed')
-        .map((entry) => entry.ctx.spec.backend),
-    );
-    if (backends.size === 0) throw new DsecError('DSEC_FUNCTION_NO_WORKERS', { fleet, where: `node ${this.host.node.name}` });
+    const workers = this.host.store.all().filter((entry) => entry.ctx.spec.labels[LABEL_FLEET] === fleet && entry.ctx.status !== 'failed');
+    const where = `node ${this.host.node.name}`;
+    if (workers.length === 0) throw new DsecError('DSEC_FUNCTION_NO_WORKERS', { fleet, where });
+    // A cluster agent serves every project that places sandboxes on it; pools are keyed by fleet name,
+    // so two projects' fleets of one name would share workers (and environments). Refused, never mixed.
+    const lineages = [...new Set(workers.map((entry) => entry.ctx.spec.labels[LABEL_LINEAGE] ?? '(none)'))].sort();
+    if (lineages.length > 1) throw new DsecError('DSEC_FUNCTION_AMBIGUOUS', { fleet, where, count: lineages.length, lineages: lineages.join(', ') });
+    const backends = new Set(workers.map((entry) => entry.ctx.spec.backend));
     // While a fleet is replaced onto another backend both kinds are there: the one that takes tasks answers.
     const backend = [...backends].sort().find((kind) => backendSupports(this.host.dsec, 'invoke', kind)) ?? [...backends].sort()[0];
     const result = await backendHook(this.host.dsec, 'invoke', backend).promise({ fleet, node: this.host.node, task });

@@ -6,7 +6,7 @@
  * read-only and the scratch and the output are capped; bad tasks are refused.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LABEL_FLEET } from '../../../core/live.js';
+import { LABEL_FLEET, LABEL_LINEAGE } from '../../../core/live.js';
 import { mountPointsUnder, runcContainers, type TestAgent } from '../../helpers/agent-fixture.js';
 import { createFleet, eventually, invoke, rejection, startFncallAgent } from './helpers.js';
 
@@ -155,6 +155,20 @@ describe('FnCall pool', () => {
     expect(timeout).toMatchObject({ code: 'DSEC_FUNCTION_INVALID', message: expect.stringContaining('timeoutMs must be a whole number from 1 to 600000') });
     const nobody = await rejection(invoke(agent, 'nobody', { runtime: 'sh', code: 'true' }));
     expect(nobody).toMatchObject({ code: 'DSEC_FUNCTION_NO_WORKERS', message: expect.stringContaining('fleet nobody has no FnCall workers') });
+  });
+
+  it('refuses a task for a fleet name two projects use on one agent, rather than run it in either environment', async () => {
+    const worker = (id: string, lineage: string) =>
+      agent.client.createSandbox(
+        agent.spec(id, { backend: 'fncall', labels: { [LABEL_FLEET]: 'shared', [LABEL_LINEAGE]: lineage }, resources: { cpu: 0.5, memoryMiB: 128, pids: 64 } }),
+      );
+    await Promise.all([worker('shared-a', 'project-a'), worker('shared-b', 'project-b')]);
+    try {
+      const mixed = await rejection(invoke(agent, 'shared', { runtime: 'sh', code: 'true' }));
+      expect(mixed).toMatchObject({ code: 'DSEC_FUNCTION_AMBIGUOUS', message: expect.stringContaining('holds workers of 2 projects (lineages project-a, project-b)') });
+    } finally {
+      await Promise.all([agent.client.destroySandbox('shared-a'), agent.client.destroySandbox('shared-b')]);
+    }
   });
 
   it('advertises invoke beside the container calls, which work on a worker as on any container sandbox', async () => {
