@@ -155,9 +155,18 @@ export class QemuProcess {
     await client.execute('chardev-change', { id: CONSOLE_CHARDEV, backend: { type: 'ringbuf', data: { size: ringBytes } } });
   }
 
-  /** Whether the process still runs (a zombie does not). */
+  /**
+   * Whether the process still runs (a zombie does not). For a qemu this
+   * process started, its exit event is the truth: its command line is
+   * briefly empty while the native helper execs into qemu (execve has
+   * swapped the memory but not yet laid out the arguments), which read as
+   * "gone" made a start under load fail with "exited before it answered".
+   * So our own child is alive while its pid runs and is not a zombie (its
+   * pid cannot be reused before this process reaps it).
+   */
   async isAlive(): Promise<boolean> {
     if (this.exited) return false;
+    if (this.child) return isRunning(this.pid);
     return isQemuOf(this.pid, this.paths);
   }
 
@@ -216,6 +225,13 @@ export class QemuProcess {
 }
 
 /** Whether `pid` is a live (not zombie) process whose command line names this QMP socket. */
+/** Whether `pid` exists and is not a zombie. */
+async function isRunning(pid: number): Promise<boolean> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  return stat !== '' && state !== 'Z' && state !== 'X';
+}
+
 export async function isQemuOf(pid: number, paths: QemuPaths): Promise<boolean> {
   const [stat, cmdline] = await Promise.all([
     readFile(`/proc/${pid}/stat`, 'utf8').catch(() => ''),
