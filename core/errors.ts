@@ -149,3 +149,18 @@ export function isDsecError(error: unknown, code?: ErrorCode): error is DsecErro
 export function formatLocation(location: SourceLocation | undefined): string {
   return location ? `${location.file}:${location.line}:${location.col}` : '';
 }
+
+/** A thrown DsecError as is; anything else as backend `backend`'s failure to `operation` sandbox `id` (DSEC_BACKEND_FAILED, the error kept as its cause). */
+export function asBackendFailure(error: unknown, backend: string, operation: string, id: string): DsecError {
+  if (error instanceof DsecError) return error;
+  return new DsecError('DSEC_BACKEND_FAILED', { backend, operation, id, message: (error as Error).message }, { cause: error });
+}
+
+/** Run one step of a backend; what it throws that is not a DsecError becomes DSEC_BACKEND_FAILED (see asBackendFailure). */
+export async function failAsBackend<T>(backend: string, operation: string, id: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    throw asBackendFailure(error, backend, operation, id);
+  }
+}

@@ -19,7 +19,7 @@ export {
   type ContainerShape,
   type FunctionCall,
 } from './hooks.js';
-export { DsecError, isDsecError, type ErrorCode, type Diagnostic } from './errors.js';
+export { DsecError, isDsecError, asBackendFailure, failAsBackend, type ErrorCode, type Diagnostic } from './errors.js';
 /** Options checked against the plugin's JSON Schema, every problem in one DSEC_PLUGIN_OPTIONS. */
 export { checkPluginOptions, type PluginOptionsSchema, type PluginOptionHints } from './plugin-options.js';
 export * from './live.js';

@@ -10,7 +10,7 @@
 import os from 'node:os';
 import { mkdir } from 'node:fs/promises';
 import type { Dsec } from '../dsec.js';
-import { DsecError } from '../errors.js';
+import { asBackendFailure, DsecError } from '../errors.js';
 import type { NodeContext } from '../hooks.js';
 import {
   LABEL_FLEET,
@@ -24,7 +24,7 @@ import {
   type SandboxSpec,
 } from '../live.js';
 import { DSEC_VERSION } from '../version.js';
-import { asDsecError, backendCapabilities, backendHook } from './backend-hooks.js';
+import { backendCapabilities, backendHook } from './backend-hooks.js';
 import { trackBailer } from './bail-tracker.js';
 import { SandboxCalls } from './calls.js';
 import { isBuildSandbox } from './build.js';
@@ -219,7 +219,7 @@ export class NodeAgent {
       await this.store.persist(entry);
     } catch (error) {
       await this.failCreate(entry, error);
-      throw asDsecError(error, spec.backend, 'create', spec.id);
+      throw asBackendFailure(error, spec.backend, 'create', spec.id);
     }
     this.log.info(`sandbox ${spec.id}: running on ${spec.backend} after ${Math.round(performance.now() - started)} ms`);
     return toInfo(entry);
@@ -270,7 +270,7 @@ export class NodeAgent {
       entry.ctx.status = 'failed';
       entry.error = `destroy failed: ${(error as Error).message}`;
       await this.store.persist(entry).catch(() => {});
-      throw asDsecError(error, entry.ctx.spec.backend, 'destroy', id);
+      throw asBackendFailure(error, entry.ctx.spec.backend, 'destroy', id);
     }
   }
 

@@ -34,9 +34,3 @@ export function backendCapabilities(dsec: Dsec): Record<string, BackendOperation
   for (const backend of dsec.backends) capabilities[backend] = BACKEND_OPERATIONS.filter((operation) => backendSupports(dsec, operation, backend));
   return capabilities;
 }
-
-/** A thrown DsecError as is; anything else as the backend's failure at `operation`. */
-export function asDsecError(error: unknown, backend: string, operation: string, id: string): DsecError {
-  if (error instanceof DsecError) return error;
-  return new DsecError('DSEC_BACKEND_FAILED', { backend, operation, id, message: (error as Error).message }, { cause: error });
-}

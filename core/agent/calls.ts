@@ -8,10 +8,10 @@
  * died meanwhile is DSEC_SANDBOX_NOT_RUNNING rather than the runtime's words.
  */
 import type { Dsec } from '../dsec.js';
-import { DsecError } from '../errors.js';
+import { asBackendFailure, DsecError } from '../errors.js';
 import type { NodeContext, SandboxContext } from '../hooks.js';
 import { LABEL_FLEET, LABEL_LINEAGE, type ExecResult, type FileContent, type FunctionResult, type ReadFileRequest, type WriteFileRequest } from '../live.js';
-import { asDsecError, backendHook, backendSupports, type BackendHookKind } from './backend-hooks.js';
+import { backendHook, backendSupports, type BackendHookKind } from './backend-hooks.js';
 import type { PauseControl } from './pause.js';
 import type { SandboxEntry, SandboxStore } from './store.js';
 import { checkExecRequest, checkSandboxId } from './validate.js';
@@ -125,7 +125,7 @@ export class SandboxCalls {
         // The sandbox may have died since we last looked: say that, rather than the runtime's words.
         await this.host.probe(call.entry);
         if (ctx.status !== 'running') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: ctx.status });
-        throw options.wrap === false ? error : asDsecError(error, backend, operation, id);
+        throw options.wrap === false ? error : asBackendFailure(error, backend, operation, id);
       }
       if (result === undefined) throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend, operation });
       return result;

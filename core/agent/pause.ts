@@ -13,9 +13,9 @@
  * waits for it and then resumes the sandbox.
  */
 import type { Dsec } from '../dsec.js';
-import { DsecError } from '../errors.js';
+import { asBackendFailure, DsecError } from '../errors.js';
 import type { BatchOutcome, SandboxInfo, SandboxStatus, SandboxTarget } from '../live.js';
-import { asDsecError, backendHook } from './backend-hooks.js';
+import { backendHook } from './backend-hooks.js';
 import { forEachLimited } from './concurrency.js';
 import { toInfo, type SandboxEntry, type SandboxStore } from './store.js';
 
@@ -94,7 +94,7 @@ export class PauseControl {
       entry.pausing = false;
       // Half-frozen or not at all: say what the backend sees now.
       await this.host.probe(entry);
-      throw asDsecError(error, backend, 'pause', id);
+      throw asBackendFailure(error, backend, 'pause', id);
     }
     ctx.status = 'paused';
     entry.pausedAt = new Date().toISOString();
@@ -126,7 +126,7 @@ export class PauseControl {
     } catch (error) {
       await this.host.probe(entry);
       if (statusNow(entry) === 'stopped') throw new DsecError('DSEC_SANDBOX_NOT_RUNNING', { id, status: ctx.status });
-      throw asDsecError(error, backend, 'resume', id);
+      throw asBackendFailure(error, backend, 'resume', id);
     }
     ctx.status = 'running';
     entry.pausedAt = undefined;

@@ -32,6 +32,7 @@ import { lstat, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   DsecError,
+  failAsBackend,
   MAX_EXEC_OUTPUT_BYTES,
   STAGE,
   type BackendProbe,
@@ -324,17 +325,9 @@ function containerIdOf(sandbox: SandboxContext): string {
   return typeof recorded === 'string' ? recorded : containerId(sandbox.node.root, sandbox.spec.id);
 }
 
-async function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
-  try {
-    return await work();
-  } catch (error) {
-    if (error instanceof DsecError) throw error;
-    throw new DsecError(
-      'DSEC_BACKEND_FAILED',
-      { backend: BACKEND_KIND, operation, id: sandbox.spec.id, message: (error as Error).message },
-      { cause: error },
-    );
-  }
+/** One step of this backend: a failure that is not a DsecError is DSEC_BACKEND_FAILED naming it. */
+function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
+  return failAsBackend(BACKEND_KIND, operation, sandbox.spec.id, work);
 }
 
 function validateOptions(options: BackendContainerOptions): void {

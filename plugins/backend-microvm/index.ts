@@ -19,6 +19,7 @@
  */
 import {
   DsecError,
+  failAsBackend,
   findOnPath,
   IDLE_VM_USAGE,
   qemuUsage,
@@ -105,15 +106,7 @@ async function requireVmm(assets: AssetCache, sandbox: SandboxContext, vmOptions
   throw new DsecError('DSEC_VMM_UNAVAILABLE', { vmm: 'firecracker', message: `${binary} is there and KVM works, but dsec drives only qemu so far; use vmm: qemu` });
 }
 
-async function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
-  try {
-    return await work();
-  } catch (error) {
-    if (error instanceof DsecError) throw error;
-    throw new DsecError(
-      'DSEC_BACKEND_FAILED',
-      { backend: BACKEND_KIND, operation, id: sandbox.spec.id, message: (error as Error).message },
-      { cause: error },
-    );
-  }
+/** One step of this backend: a failure that is not a DsecError is DSEC_BACKEND_FAILED naming it. */
+function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
+  return failAsBackend(BACKEND_KIND, operation, sandbox.spec.id, work);
 }

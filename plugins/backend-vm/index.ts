@@ -23,7 +23,7 @@
  *
  * It imports only the public plugin API, like any third-party backend.
  */
-import { DsecError, STAGE, type Dsec, type DsecPlugin, type SandboxContext } from '../../core/plugin-api.js';
+import { failAsBackend, STAGE, type Dsec, type DsecPlugin, type SandboxContext } from '../../core/plugin-api.js';
 import { execInGuest, readGuestFile, writeGuestFile } from './guest.js';
 import { VmLifecycle } from './lifecycle.js';
 import { PLUGIN_NAME, pluginOptions, type BackendVmOptions } from './options.js';
@@ -70,15 +70,7 @@ export default function backendVm(rawOptions: BackendVmOptions = {}): DsecPlugin
   };
 }
 
-async function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
-  try {
-    return await work();
-  } catch (error) {
-    if (error instanceof DsecError) throw error;
-    throw new DsecError(
-      'DSEC_BACKEND_FAILED',
-      { backend: BACKEND_KIND, operation, id: sandbox.spec.id, message: (error as Error).message },
-      { cause: error },
-    );
-  }
+/** One step of this backend: a failure that is not a DsecError is DSEC_BACKEND_FAILED naming it. */
+function failAs<T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>): Promise<T> {
+  return failAsBackend(BACKEND_KIND, operation, sandbox.spec.id, work);
 }
