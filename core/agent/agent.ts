@@ -23,8 +23,8 @@ import {
   type SandboxInfo,
   type SandboxSpec,
 } from '../live.js';
-import { DSEC_VERSION } from '../version.js';
-import { backendCapabilities, backendHook } from './backend-hooks.js';
+import { backendHook } from './backend-hooks.js';
+import { NodeDescriber } from './node-info.js';
 import { trackBailer } from './bail-tracker.js';
 import { SandboxCalls } from './calls.js';
 import { isBuildSandbox } from './build.js';
@@ -47,7 +47,7 @@ export interface NodeAgentOptions {
   readonly name?: string;
   /** How often the reaper looks for sandboxes past their TTLs (0: never). @default 5000 */
   readonly reapIntervalMs?: number;
-  /** A cluster agent: where it serves over TCP (`host:port`) and its labels, reported in nodeInfo(). */
+  /** A cluster agent: where it serves over TCP (`host:port`) and its labels, reported in nodeInfo() (node-info.ts). */
   readonly cluster?: { readonly address: string; readonly labels: Readonly<Record<string, string>> };
 }
 
@@ -64,13 +64,11 @@ export class NodeAgent {
   private readonly settings: SandboxSettings;
   private readonly usage: UsageReporter;
   private readonly reaper: Reaper | undefined;
-  private storage: NodeInfo['storage'];
-  private readonly cluster: NodeAgentOptions['cluster'];
+  private readonly describer: NodeDescriber;
 
   constructor(options: NodeAgentOptions) {
     this.dsec = options.dsec;
     this.root = options.root;
-    this.cluster = options.cluster;
     this.node = Object.freeze({
       name: options.name ?? os.hostname(),
       root: options.root,
@@ -94,6 +92,7 @@ export class NodeAgent {
     this.pauses = new PauseControl({ dsec: this.dsec, store: this.store, probe });
     this.calls = new SandboxCalls({ dsec: this.dsec, node: this.node, store: this.store, pauses: this.pauses, probe: (entry) => this.probe(entry) });
     this.settings = new SandboxSettings(this.dsec, this.store);
+    this.describer = new NodeDescriber({ dsec: this.dsec, node: this.node, sandboxCount: () => this.store.size, cluster: options.cluster });
     this.usage = new UsageReporter({ dsec: this.dsec, node: this.node, store: this.store, nodeInfo: () => this.nodeInfo() });
     const reapIntervalMs = options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS;
     this.reaper =
@@ -150,7 +149,7 @@ export class NodeAgent {
       (error: Error) => this.log.warn(`cleaning up interrupted layer listings and snapshots failed: ${error.message}`),
     );
     // The storage plugin opens its store now: its format (or why it fell back to trees) is in the log from the start.
-    await this.storageSummary().catch((error: Error) => this.log.warn(`the storage plugin could not open its store: ${error.message}`));
+    await this.describer.storageSummary().catch((error: Error) => this.log.warn(`the storage plugin could not open its store: ${error.message}`));
     this.log.info(
       `started with ${this.store.size} sandbox(es): re-adopted [${adopted.join(', ')}], stopped [${stopped.join(', ')}], ` +
         `cleaned up unfinished [${cleaned.join(', ')}]; backends [${this.dsec.backends.join(', ')}]; plugins [${this.dsec.plugins.join(', ')}]`,
@@ -328,28 +327,30 @@ export class NodeAgent {
    * or a claim may have come meanwhile), destroy it, and create a fleet's
    * sandbox again with the same id and spec.
    */
-  private async reap(id: string, decide: (view: ReapView) => ReapDecision | undefined): Promise<void> {
-    await this.store.withLock(id, async () => {
-      const entry = this.store.get(id);
-      const decision = entry && decide(reapViewOf(entry));
-      if (!entry || !decision) return;
-      const { spec } = entry.ctx;
-      const replace = spec.labels[LABEL_FLEET] !== undefined;
-      this.log.info(`sandbox ${id}: reaped because ${decision.reason}${replace ? `; re-created for fleet ${spec.labels[LABEL_FLEET]}` : ''}`);
-      await this.teardown(entry);
-      if (replace) await this.create(spec);
+  private reap(id: string, decide: (view: ReapView) => ReapDecision | undefined): Promise<void> {
+    return this.renew(id, (entry) => {
+      const decision = decide(reapViewOf(entry));
+      if (!decision) return undefined;
+      const fleet = entry.ctx.spec.labels[LABEL_FLEET];
+      return { message: `reaped because ${decision.reason}${fleet !== undefined ? `; re-created for fleet ${fleet}` : ''}`, createAgain: fleet !== undefined };
     });
   }
 
   /** NodeContext.recreateSandbox: a backend's pooled sandbox destroyed and created again from its spec, under its lock. */
-  private async recreate(id: string, reason: string): Promise<void> {
+  private recreate(id: string, reason: string): Promise<void> {
+    return this.renew(id, () => ({ message: `re-created because ${reason}`, createAgain: true }));
+  }
+
+  /** Under the sandbox's lock: if `decide` says so, tear it down and, with `createAgain`, create it anew from the same spec (same id). */
+  private async renew(id: string, decide: (entry: SandboxEntry) => { message: string; createAgain: boolean } | undefined): Promise<void> {
     await this.store.withLock(id, async () => {
       const entry = this.store.get(id);
-      if (!entry) return;
+      const decision = entry && decide(entry);
+      if (!entry || !decision) return;
       const { spec } = entry.ctx;
-      this.log.info(`sandbox ${id}: re-created because ${reason}`);
+      this.log.info(`sandbox ${id}: ${decision.message}`);
       await this.teardown(entry);
-      await this.create(spec);
+      if (decision.createAgain) await this.create(spec);
     });
   }
 
@@ -374,23 +375,8 @@ export class NodeAgent {
   }
 
   /** What the node is and admits; the describeNode taps refine it (admission adds allocatable, requested, its policy). */
-  async nodeInfo(): Promise<NodeInfo> {
-    const storage = await this.storageSummary().catch(() => undefined);
-    const info: NodeInfo = {
-      name: this.node.name,
-      backends: this.dsec.backends,
-      capabilities: backendCapabilities(this.dsec),
-      capacity: this.node.capacity,
-      sandboxes: this.store.size,
-      agentVersion: DSEC_VERSION,
-      pid: process.pid,
-      ...(storage ? { storage } : {}),
-      ...(this.cluster ? { address: this.cluster.address, labels: this.cluster.labels } : {}),
-    };
-    return this.dsec.hooks.describeNode.promise(info, this.node).catch((error: Error) => {
-      this.log.warn(`a describeNode tap failed (the node is described without it): ${error.message}`);
-      return info;
-    });
+  nodeInfo(): Promise<NodeInfo> {
+    return this.describer.describe();
   }
 
   /** `dsec nodes`: counts, requested and used CPU and memory, per fleet, and the density plugins' figures; see usage.ts. */
@@ -399,19 +385,6 @@ export class NodeAgent {
   }
 
   // ---------------------------------------------------------------- helpers
-
-  /**
-   * The storage plugin's name and format, asked once: a store keeps its
-   * format for the agent's life, and its full stats read every in-use
-   * record (O(sandboxes) file reads), too much for each `GET /v1/node`.
-   */
-  private async storageSummary(): Promise<NodeInfo['storage']> {
-    if (this.storage) return this.storage;
-    const stats = await this.dsec.hooks.storageStats.promise(this.node);
-    if (!stats) return undefined;
-    this.storage = { plugin: stats.plugin, format: stats.format, ...(stats.reason ? { reason: stats.reason } : {}) };
-    return this.storage;
-  }
 
   /** Ask the backend what became of a sandbox we believe is up; a vanished one becomes `stopped`. */
   private async probe(entry: SandboxEntry, options: { force?: boolean } = {}): Promise<void> {
