@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LABEL_FLEET } from '../../../core/live.js';
 import { mountPointsUnder, runcContainers, type TestAgent } from '../../helpers/agent-fixture.js';
-import { createFleet, invoke, startFncallAgent } from './helpers.js';
+import { createFleet, eventually, invoke, startFncallAgent } from './helpers.js';
 
 describe('FnCall workers across an agent restart', () => {
   let agent: TestAgent;
@@ -30,8 +30,13 @@ describe('FnCall workers across an agent restart', () => {
 
     const results = await Promise.all([0, 1, 2].map((index) => invoke(agent, 'fn', { runtime: 'sh', code: `echo after-${index}` })));
     expect(results.map((result) => result.stdout)).toEqual(['after-0\n', 'after-1\n', 'after-2\n']);
-    const renewed = await agent.client.listSandboxes({ [LABEL_FLEET]: 'fn' });
-    expect(renewed.every((worker, index) => worker.status === 'running' && worker.createdAt !== created[index].createdAt)).toBe(true);
+    // The first task had every adopted worker replaced; one may still be on its way back while the
+    // other served all three tasks, so wait for both to run again, each created anew.
+    const renewedAll = async () => {
+      const renewed = await agent.client.listSandboxes({ [LABEL_FLEET]: 'fn' });
+      return renewed.length === created.length && renewed.every((worker, index) => worker.status === 'running' && worker.createdAt !== created[index].createdAt);
+    };
+    await eventually('both adopted workers to be re-created and running', renewedAll);
 
     await agent.stop();
     await agent.startDaemon();
