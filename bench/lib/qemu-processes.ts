@@ -6,11 +6,15 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 
-/** Whether a process is alive (a zombie is not). */
+/** PF_EXITING (include/linux/sched.h): set as a process begins to exit, before it is a zombie. */
+const PF_EXITING = 0x4;
+
+/** Whether a process is alive: neither exiting (a SIGKILLed qemu takes a while to free its guest memory) nor a zombie. */
 export function isProcessAlive(pid: number): boolean {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return fields[0] !== 'Z' && fields[0] !== 'X' && (Number(fields[6]) & PF_EXITING) === 0;
   } catch {
     return false;
   }

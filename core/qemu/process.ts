@@ -161,8 +161,8 @@ export class QemuProcess {
    * briefly empty while the native helper execs into qemu (execve has
    * swapped the memory but not yet laid out the arguments), which read as
    * "gone" made a start under load fail with "exited before it answered".
-   * So our own child is alive while its pid runs and is not a zombie (its
-   * pid cannot be reused before this process reaps it).
+   * So our own child is alive while its pid runs, neither exiting nor a
+   * zombie (its pid cannot be reused before this process reaps it).
    */
   async isAlive(): Promise<boolean> {
     if (this.exited) return false;
@@ -225,11 +225,17 @@ export class QemuProcess {
 }
 
 /** Whether `pid` is a live (not zombie) process whose command line names this QMP socket. */
-/** Whether `pid` exists and is not a zombie. */
+/** PF_EXITING (include/linux/sched.h): set as a process begins to exit, before it is a zombie. */
+const PF_EXITING = 0x4;
+
+/** Whether `pid` exists and is neither exiting nor a zombie (a SIGKILLed qemu takes a while to tear down its guest memory). */
 async function isRunning(pid: number): Promise<boolean> {
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
-  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-  return stat !== '' && state !== 'Z' && state !== 'X';
+  if (stat === '') return false;
+  // After the command name (which may hold spaces): state, ppid, pgrp, session, tty, tpgid, flags.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const [state, flags] = [fields[0], Number(fields[6])];
+  return state !== 'Z' && state !== 'X' && (flags & PF_EXITING) === 0;
 }
 
 export async function isQemuOf(pid: number, paths: QemuPaths): Promise<boolean> {
