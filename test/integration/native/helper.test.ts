@@ -88,6 +88,9 @@ describe('prefetchProcesses', () => {
     const child = spawn('sleep', ['60'], { stdio: 'ignore' });
     started.push(child);
     await new Promise((resolve) => child.once('spawn', resolve));
+    // 'spawn' comes right after exec, before the dynamic loader mapped libc: wait until sleep sleeps.
+    const state = () => readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]?.[0];
+    for (let i = 0; i < 200 && state() !== 'S'; i++) await new Promise((resolve) => setTimeout(resolve, 10));
     const result = await prefetchProcesses([child.pid!]);
     expect(result.advisedBytes).toBeGreaterThan(1024 * 1024);
     expect(result.errors).toEqual([]);
