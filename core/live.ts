@@ -12,6 +12,13 @@ export const LABEL_LINEAGE = 'dsec.io/lineage';
 export const LABEL_FLEET = 'dsec.io/fleet';
 /** Hash of everything that forces a replace: backend + environment identity. */
 export const LABEL_SPEC = 'dsec.io/spec';
+/** Label keys dsec keeps for itself: a config or a caller never sets them. */
+export const RESERVED_LABEL_PREFIX = 'dsec.io/';
+
+/** The labels a sandbox carries for its fleet's declaration (and its caller), without dsec's own. */
+export function userLabels(labels: Readonly<Record<string, string>>): Record<string, string> {
+  return Object.fromEntries(Object.entries(labels).filter(([key]) => !key.startsWith(RESERVED_LABEL_PREFIX)));
+}
 
 /** How a store keeps a layer: an EROFS image mounted read-only, or a plain directory tree. */
 export type LayerFormat = 'erofs' | 'tree';
@@ -187,6 +194,11 @@ export interface SandboxUpdate {
   readonly ttl?: SandboxTtl;
   /** Recorded; takes effect at the next pause (reclaimOnPause). memorySharing cannot change on a live sandbox (it forces a replace). */
   readonly density?: DensitySettings;
+  /**
+   * The sandbox's own labels (its fleet's `labels`), replacing the ones it
+   * has; dsec's `dsec.io/` labels are kept as they are and cannot be set.
+   */
+  readonly labels?: Readonly<Record<string, string>>;
 }
 
 /** Which sandboxes a batch call (pause, resume) acts on: the ids, and/or every one whose labels match. */

@@ -42,6 +42,8 @@ export type ActionReason =
   | 'update_ttl'
   /** A density switch that applies in place (reclaimOnPause) changed. */
   | 'update_density'
+  /** The fleet's labels changed: each live sandbox gets them in place. */
+  | 'update_labels'
   | 'drift';
 
 /** One step on one sandbox of a fleet. The unit apply executes and records. */
@@ -60,6 +62,8 @@ export type SandboxOperation =
       readonly resources: Resources;
       readonly ttl?: SandboxTtl;
       readonly density?: DensitySettings;
+      /** The fleet's labels (absent in plans saved before labels were updated in place). */
+      readonly labels?: Readonly<Record<string, string>>;
     };
 
 /** Per-fleet sandbox counts, so a fleet of 32,000 is one line. Display only. */

@@ -6,7 +6,7 @@
  */
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
-import type { SandboxInfo } from '../live.js';
+import { RESERVED_LABEL_PREFIX, type SandboxInfo } from '../live.js';
 import { backendHook } from './backend-hooks.js';
 import { claimSandbox, releaseClaim } from './claims.js';
 import { toInfo, type SandboxEntry, type SandboxStore } from './store.js';
@@ -18,7 +18,7 @@ export class SandboxSettings {
     private readonly store: SandboxStore,
   ) {}
 
-  /** Apply a `PATCH /v1/sandboxes/:id` body ({resources?, ttl?, density?}) to a running or paused sandbox. */
+  /** Apply a `PATCH /v1/sandboxes/:id` body ({resources?, ttl?, density?, labels?}) to a running or paused sandbox. */
   update(id: string, input: unknown): Promise<SandboxInfo> {
     return this.store.withLock(id, async () => {
       const entry = this.live(id);
@@ -36,6 +36,8 @@ export class SandboxSettings {
         // `ttl: {}` removes the limits.
         ...(ttl !== undefined && Object.keys(ttl).length > 0 ? { ttl } : {}),
         ...(change.density ? { density: change.density } : {}),
+        // dsec's own labels (lineage, fleet, spec hash) stay; the rest is the fleet's declaration.
+        ...(change.labels ? { labels: { ...change.labels, ...reservedLabels(rest.labels) } } : {}),
       };
       await this.store.persist(entry);
       this.dsec.log.info(`sandbox ${id}: updated ${JSON.stringify(change)}`);
@@ -77,4 +79,8 @@ export class SandboxSettings {
     }
     return entry;
   }
+}
+
+function reservedLabels(labels: Readonly<Record<string, string>>): Record<string, string> {
+  return Object.fromEntries(Object.entries(labels).filter(([key]) => key.startsWith(RESERVED_LABEL_PREFIX)));
 }

@@ -8,6 +8,7 @@ import {
   DEFAULT_DENSITY,
   MAX_EXEC_OUTPUT_BYTES,
   MAX_EXEC_TIMEOUT_MS,
+  RESERVED_LABEL_PREFIX,
   type DensitySettings,
   type DiskImageRef,
   type ExecRequest,
@@ -180,13 +181,14 @@ export interface CheckedUpdate {
   readonly resources?: Resources;
   readonly ttl?: SandboxTtl;
   readonly density?: DensitySettings;
+  readonly labels?: Record<string, string>;
 }
 
 export function checkSandboxUpdate(input: unknown, current: SandboxSpec): CheckedUpdate {
-  if (!isObject(input)) refuse(['the update must be an object {resources?, ttl?, density?}']);
+  if (!isObject(input)) refuse(['the update must be an object {resources?, ttl?, density?, labels?}']);
   const problems: string[] = [];
-  const extra = Object.keys(input).filter((key) => !['resources', 'ttl', 'density'].includes(key));
-  if (extra.length > 0) problems.push(`unknown field(s) ${extra.join(', ')}: an update takes resources, ttl and density`);
+  const extra = Object.keys(input).filter((key) => !['resources', 'ttl', 'density', 'labels'].includes(key));
+  if (extra.length > 0) problems.push(`unknown field(s) ${extra.join(', ')}: an update takes resources, ttl, density and labels`);
   const resources = input.resources === undefined ? undefined : checkResources(input.resources, current.resources, problems);
   const ttl = input.ttl === undefined ? undefined : checkTtl(input.ttl, problems);
   const base = current.density ?? DEFAULT_DENSITY;
@@ -196,8 +198,20 @@ export function checkSandboxUpdate(input: unknown, current: SandboxSpec): Checke
       `density.memorySharing cannot change on a live sandbox (its processes were started ${base.memorySharing ? 'with' : 'without'} merging): it forces a replace`,
     );
   }
+  const labels = input.labels === undefined ? undefined : checkLabels(input.labels, 'labels', problems);
   if (problems.length > 0) refuse(problems);
-  return { ...(resources ? { resources } : {}), ...(ttl ? { ttl } : {}), ...(density ? { density } : {}) };
+  return { ...(resources ? { resources } : {}), ...(ttl ? { ttl } : {}), ...(density ? { density } : {}), ...(labels ? { labels } : {}) };
+}
+
+/** Labels a caller may set: strings, keys of 1 to 128 characters outside dsec's own `dsec.io/`, values of at most 256. */
+export function checkLabels(input: unknown, name: string, problems: string[]): Record<string, string> {
+  const labels = stringMap(input, name, problems);
+  for (const [key, value] of Object.entries(labels)) {
+    if (key.length < 1 || key.length > 128) problems.push(`${name}: key ${JSON.stringify(key.slice(0, 140))} must have 1 to 128 characters`);
+    else if (key.startsWith(RESERVED_LABEL_PREFIX)) problems.push(`${name}: key ${key} is reserved (dsec.io/ labels are dsec's own)`);
+    if (value.length > 256) problems.push(`${name}: the value of ${key} is over 256 characters`);
+  }
+  return labels;
 }
 
 export interface ClaimRequest {

@@ -361,7 +361,7 @@ export interface BackendOptions {
   [k: string]: unknown;
 }
 /**
- * Labels put on every sandbox of the fleet. Keys starting with dsec.io/ are reserved.
+ * Labels put on every sandbox of the fleet. Keys starting with dsec.io/ are reserved. A change is applied in place to the live sandboxes.
  */
 export interface Labels {
   [k: string]: string;

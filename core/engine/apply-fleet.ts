@@ -129,9 +129,9 @@ async function execute(
       return;
     }
     case 'update': {
-      const { resources, ttl, density } = operation;
-      // A plan saved before lifetimes and density were updated in place carries resources alone.
-      const change = { resources, ...(ttl ? { ttl } : {}), ...(density ? { density } : {}) };
+      const { resources, ttl, density, labels } = operation;
+      // A plan saved before lifetimes, density and labels were updated in place carries resources alone.
+      const change = { resources, ...(ttl ? { ttl } : {}), ...(density ? { density } : {}), ...(labels ? { labels } : {}) };
       const info = await limit(() => provider.updateSandbox(operation.id, change));
       await state.write((current) => resizeSandbox(current, fleet, info, desired));
       return;

@@ -159,16 +159,17 @@ export function forcingPathsFromSandbox(sandbox: SandboxInfo, desired: FleetAttr
 
 /**
  * What an in-place update of a fleet's sandboxes changes besides resources:
- * the lifetimes, or the density switch that applies in place. Compared as
- * recorded (a state from before density existed means the defaults).
+ * the lifetimes, the density switch that applies in place, or the labels.
+ * Compared as recorded (a state from before density existed means the defaults).
  */
 export function inPlaceChanges(
-  recorded: Pick<FleetAttributes, 'ttl'> & { readonly density?: FleetAttributes['density'] },
-  desired: Pick<FleetAttributes, 'ttl' | 'density'>,
-): { ttl: boolean; density: boolean } {
+  recorded: Pick<FleetAttributes, 'ttl'> & { readonly density?: FleetAttributes['density']; readonly labels?: FleetAttributes['labels'] },
+  desired: Pick<FleetAttributes, 'ttl' | 'density'> & { readonly labels?: FleetAttributes['labels'] },
+): { ttl: boolean; density: boolean; labels: boolean } {
   return {
     ttl: canonicalJson(ttlOf(recorded)) !== canonicalJson(ttlOf(desired)),
     density: densityOf(recorded).reclaimOnPause !== densityOf(desired).reclaimOnPause,
+    labels: canonicalJson(recorded.labels ?? {}) !== canonicalJson(desired.labels ?? {}),
   };
 }
 

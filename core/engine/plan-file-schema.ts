@@ -68,7 +68,7 @@ const operation = {
       properties: { op: { const: 'replace' }, id: string, spec: sandboxSpec, because: string },
       required: ['id', 'spec'],
     },
-    { properties: { op: { const: 'update' }, id: string, resources, ttl, density }, required: ['id', 'resources'] },
+    { properties: { op: { const: 'update' }, id: string, resources, ttl, density, labels: stringMap }, required: ['id', 'resources'] },
   ],
 } as const;
 

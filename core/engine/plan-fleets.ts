@@ -5,7 +5,7 @@
  * sandboxes it has. Linear in the fleet's sandboxes (a sort only when there
  * is surplus to choose from).
  */
-import { LABEL_SPEC, type SandboxInfo, type SandboxSpec } from '../live.js';
+import { LABEL_SPEC, userLabels, type SandboxInfo, type SandboxSpec } from '../live.js';
 import type {
   ActionReason,
   FleetSandboxSummary,
@@ -130,6 +130,8 @@ function judge(input: FleetPlanInput, desired: FleetAttributes, sandbox: Sandbox
   if (updateAll || !sameResources(sandbox.resources, desired.resources)) return 'update';
   // A sandbox that reports its lifetimes and reports others than declared drifted.
   if (sandbox.ttl && canonicalJson(ttlOf(sandbox)) !== canonicalJson(ttlOf(desired))) return 'update';
+  // Labels are read back from the sandbox itself: a label set or removed on it (or never applied) is drift.
+  if (canonicalJson(userLabels(sandbox.labels)) !== canonicalJson(desired.labels ?? {})) return 'update';
   return 'keep';
 }
 
@@ -150,9 +152,9 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
   const before = record ? displayFleet(record.attributes) : owned.length > 0 ? displayLiveFleet(owned) : null;
   const after = displayFleet(desired);
 
-  const inPlace = record ? inPlaceChanges(record.attributes, desired) : { ttl: false, density: false };
+  const inPlace = record ? inPlaceChanges(record.attributes, desired) : { ttl: false, density: false, labels: false };
   const verdicts = new Map<string, Verdict>();
-  for (const sandbox of owned) verdicts.set(sandbox.id, judge(input, desired, sandbox, inPlace.ttl || inPlace.density));
+  for (const sandbox of owned) verdicts.set(sandbox.id, judge(input, desired, sandbox, inPlace.ttl || inPlace.density || inPlace.labels));
   const surplus = pickSurplus(owned, verdicts, owned.length - desired.replicas);
 
   let replacePaths: string[][] = forcingPaths(before, after);
@@ -169,7 +171,7 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
   const replaces: SandboxOperation[] = [];
   const seen = { forced: false, outdated: false, broken: false, update: false };
   // One update for every sandbox: the whole SandboxUpdate, whatever part of it changed.
-  const update = { resources: desired.resources, ttl: ttlOf(desired), density: densityOf(desired) };
+  const update = { resources: desired.resources, ttl: ttlOf(desired), density: densityOf(desired), labels: { ...(desired.labels ?? {}) } };
   for (const sandbox of owned) {
     if (surplus.has(sandbox.id)) {
       deletes.push({ op: 'delete', id: sandbox.id });
@@ -233,6 +235,7 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     else if (!sameResources(record.attributes.resources, desired.resources)) reason = 'update_resources';
     else if (inPlace.ttl) reason = 'update_ttl';
     else if (inPlace.density) reason = 'update_density';
+    else if (inPlace.labels) reason = 'update_labels';
     else if (operations.length > 0) reason = 'drift';
   }
 

@@ -61,6 +61,7 @@ const UPDATE_NOTE: Readonly<Record<string, string>> = {
   drift: ' (the live sandboxes drifted from the state)',
   update_ttl: ' (ttl changed: each live sandbox gets the new lifetimes, none is replaced)',
   update_density: ' (density.reclaimOnPause changed: each live sandbox gets it for its next pause, none is replaced)',
+  update_labels: ' (labels changed: each live sandbox gets them in place, none is replaced)',
 };
 
 /** Why the change happens, for the header line; the address is already there. */

@@ -157,6 +157,13 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     return next;
   };
 
+  /** Keep the placement's copy of a sandbox's labels in step with the node's. */
+  const recordLabels = async (id: string, labels: SandboxInfo['labels']): Promise<void> => {
+    const client = await etcd();
+    const placement = await readPlacement(client, keys, id);
+    if (placement) await writePlacement(client, keys, { ...placement, labels });
+  };
+
   /** A sandbox on a lost node, as the live view reports it. */
   const lostInfo = async (id: string, placement: Placement | undefined): Promise<SandboxInfo> => {
     const client = await etcd();
@@ -236,7 +243,12 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
         deletePlacement: (id) => deletePlacement(client, keys, id),
       });
     },
-    updateSandbox: async (id: string, change: SandboxUpdate): Promise<SandboxInfo> => (await nodeOf(id)).client.updateSandbox(id, change),
+    async updateSandbox(id: string, change: SandboxUpdate): Promise<SandboxInfo> {
+      const info = await (await nodeOf(id)).client.updateSandbox(id, change);
+      // The placement keeps the labels too, so a sandbox on a lost node is still found by them.
+      if (change.labels) await recordLabels(id, info.labels);
+      return info;
+    },
     pauseSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.pauseSandboxes(part)),
     resumeSandboxes: (target: SandboxTarget) => batch(target, (client, part) => client.resumeSandboxes(part)),
     async claimSandbox(id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo> {

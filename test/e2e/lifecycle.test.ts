@@ -96,6 +96,28 @@ describe('a quickstart copy placed outside the repo', () => {
     expect(after.every((s) => s.resources.memoryMiB === 160)).toBe(true);
   });
 
+  it('changes labels in place: the live sandboxes carry them, label selectors find them, and the next plan is empty', async () => {
+    const before = (await sandboxes()).map((s) => s.id).sort();
+    project.edit('team: quickstart', 'team: rl\n      job: swe-17');
+    const plan = await project.run(['plan', '--detailed-exitcode']);
+    expect(plan.code).toBe(2);
+    expect(plan.stdout).toMatch(/~ fleet\.workers/);
+    expect(plan.stdout).toContain('labels changed');
+    const apply = await project.run(['apply', '--auto-approve']);
+    expect(apply.code, apply.stderr).toBe(0);
+    // Read back from the agent, not from the plan: the labels are on the sandboxes themselves.
+    const labelled = await project.json<SandboxJson[]>(['sandbox', 'ls', '--label', 'job=swe-17']);
+    expect(labelled.map((s) => s.id).sort()).toEqual(before);
+    expect(labelled.every((s) => s.labels.team === 'rl' && s.labels['dsec.io/fleet'] === 'workers')).toBe(true);
+    expect(await project.json<SandboxJson[]>(['sandbox', 'ls', '--label', 'team=quickstart'])).toEqual([]);
+    const paused = await project.run(['sandbox', 'pause', '--label', 'job=swe-17']);
+    expect(paused.code, paused.stderr + paused.stdout).toBe(0);
+    expect((await sandboxes()).every((s) => s.status === 'paused')).toBe(true);
+    expect((await project.run(['sandbox', 'resume', '--label', 'job=swe-17'])).code).toBe(0);
+    const again = await project.run(['plan', '--detailed-exitcode']);
+    expect(again.code, again.stdout).toBe(0);
+  });
+
   it('replaces every sandbox, in batches, when the environment gets a new toolkit version', async () => {
     const before = new Set((await sandboxes()).map((s) => s.id));
     project.edit('version: 0.1.0', 'version: 0.2.0');

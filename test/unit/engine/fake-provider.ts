@@ -5,16 +5,17 @@
  * calls run at once.
  */
 import { DsecError } from '../../../core/errors.js';
-import type {
-  BatchOutcome,
-  LayerRecord,
-  LiveView,
-  NodeInfo,
-  NodeUsage,
-  SandboxInfo,
-  SandboxSpec,
-  SandboxTarget,
-  SandboxUpdate,
+import {
+  RESERVED_LABEL_PREFIX,
+  type BatchOutcome,
+  type LayerRecord,
+  type LiveView,
+  type NodeInfo,
+  type NodeUsage,
+  type SandboxInfo,
+  type SandboxSpec,
+  type SandboxTarget,
+  type SandboxUpdate,
 } from '../../../core/live.js';
 import type { LayerModel } from '../../../core/model.js';
 import type { Provider } from '../../../core/provider.js';
@@ -135,10 +136,13 @@ export class FakeProvider implements Provider {
       this.updates.push({ id, change });
       const { ttl: _ttl, ...rest } = existing;
       const ttl = change.ttl ?? existing.ttl;
+      // As the agent does: dsec's own labels stay, the rest is replaced by the fleet's.
+      const reserved = Object.fromEntries(Object.entries(existing.labels).filter(([key]) => key.startsWith(RESERVED_LABEL_PREFIX)));
       const updated: SandboxInfo = {
         ...rest,
         resources: change.resources ?? existing.resources,
         ...(ttl && Object.keys(ttl).length > 0 ? { ttl } : {}),
+        ...(change.labels ? { labels: { ...change.labels, ...reserved } } : {}),
       };
       if (change.density) this.densities.set(id, change.density);
       this.sandboxes.set(id, updated);

@@ -77,6 +77,7 @@ describe('planning a lifetime or density change', () => {
       resources: { cpu: 1, memoryMiB: 256, pids: 256 },
       ttl: { maxLifetimeSeconds: 7200, idleStopSeconds: 600 },
       density: { memorySharing: false, reclaimOnPause: true },
+      labels: {},
     });
   });
 
@@ -195,6 +196,7 @@ describe('applying a lifetime change', () => {
       resources: { cpu: 1, memoryMiB: 256, pids: 256 },
       ttl: { idleStopSeconds: 900 },
       density: { memorySharing: false, reclaimOnPause: false },
+      labels: {},
     });
     expect(provider.calls.filter((call) => call.startsWith('createSandbox') || call.startsWith('destroySandbox'))).toHaveLength(4);
     expect(fleetRecord(session.state, 'web').attributes.ttl).toEqual({ idleStopSeconds: 900 });
