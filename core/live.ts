@@ -3,9 +3,11 @@
  * provider hands to the planner as the live view. Plain JSON-able data.
  */
 import type { BackendOperation } from './live-calls.js';
+import type { KeptMark, PoolInfo } from './live-pools.js';
 import type { LayerKind, Resources } from './model.js';
 
 export * from './live-calls.js';
+export * from './live-pools.js';
 
 /** Labels dsec sets on every sandbox it creates for a config (ownership). */
 export const LABEL_LINEAGE = 'dsec.io/lineage';
@@ -218,6 +220,8 @@ export interface SandboxClaim {
   readonly claimedAt: string;
   /** The claim's own lifetime: when it runs out the claim ends and the sandbox is reaped (and replaced). */
   readonly expiresAt?: string;
+  /** The holder's labels for this claim (`acquire`'s): selectors match them beside the sandbox's own. */
+  readonly labels?: Readonly<Record<string, string>>;
 }
 
 export type SandboxStatus =
@@ -247,6 +251,8 @@ export interface SandboxInfo {
   /** When it was last paused, while it is paused. */
   readonly pausedAt?: string;
   readonly claim?: SandboxClaim;
+  /** Released with `keep`: used by that holder, never handed out by acquire again. */
+  readonly kept?: KeptMark;
   readonly ttl?: SandboxTtl;
   /**
    * The density plugins' own records of it, by plugin name, for display
@@ -388,4 +394,11 @@ export interface LiveView {
   readonly nodes: readonly NodeInfo[];
   readonly layers: readonly LayerRecord[];
   readonly sandboxes: readonly SandboxInfo[];
+  /** Each node's pool records (absent from a provider that keeps none: the planner then sets none). */
+  readonly pools?: readonly PoolInfo[];
+}
+
+/** A sandbox's labels as selectors see them: its own (the fleet's and dsec's) over its claim's. */
+export function selectorLabels(sandbox: { readonly labels: Readonly<Record<string, string>>; readonly claim?: SandboxClaim }): Record<string, string> {
+  return { ...sandbox.claim?.labels, ...sandbox.labels };
 }

@@ -91,6 +91,7 @@ export interface FleetModel {
   readonly environment: string;
   /** Backend kind, e.g. `container`. The engine never interprets it: a backend plugin does. */
   readonly backend: string;
+  /** Ready, unclaimed sandboxes kept warm; claimed ones come on top. */
   readonly replicas: number;
   readonly resources: Resources;
   /** `none`: only a loopback interface. Allow-lists come with the network work. */
@@ -104,10 +105,19 @@ export interface FleetModel {
   readonly placement?: { readonly strategy: 'spread' | 'pack'; readonly nodeSelector: Readonly<Record<string, string>> };
   /** Options for the backend plugin alone (validated by its `validate` tap); absent: none. */
   readonly backendOptions?: Readonly<Record<string, unknown>>;
+  /** How the warm pool hands sandboxes out (acquire); absent: no bound on claims, claims never lapse. */
+  readonly pool?: FleetPoolModel;
   readonly update: {
     /** How many sandboxes of the fleet may be down at once during a replace. @default 1 */
     readonly maxUnavailable: number;
   };
+}
+
+export interface FleetPoolModel {
+  /** At most this many claimed at once (on a cluster: shared out over the nodes). @default no bound */
+  readonly maxClaimed?: number;
+  /** A claim without a ttl of its own lapses after this long. @default none */
+  readonly claimTtlSeconds?: number;
 }
 
 export type ProviderModel =

@@ -44,14 +44,25 @@ export type ActionReason =
   | 'update_density'
   /** The fleet's labels changed: each live sandbox gets them in place. */
   | 'update_labels'
+  /** The nodes' pool records of the fleet (template, claim bound) are missing or out of date: set again, no sandbox touched. */
+  | 'update_pool'
   | 'drift';
 
 /** One step on one sandbox of a fleet. The unit apply executes and records. */
 export type SandboxOperation =
   | { readonly op: 'create'; readonly spec: SandboxSpec }
-  | { readonly op: 'delete'; readonly id: string }
-  /** Delete `id`, then create `spec` in its place; batched by the fleet's `maxUnavailable`. */
-  | { readonly op: 'replace'; readonly id: string; readonly spec: SandboxSpec; readonly because: string }
+  /**
+   * Delete `id`. Never a sandbox a holder has at apply time (acquired since
+   * the plan was made: skipped), unless `claimed`: the plan takes it from
+   * its holder on purpose (`--replace-claimed`, a destroy with that flag).
+   */
+  | { readonly op: 'delete'; readonly id: string; readonly claimed?: boolean; readonly because?: string }
+  /**
+   * Delete `id`, then create `spec` in its place; batched by the fleet's
+   * `maxUnavailable`. `node`: where `id` is (its pool makes the replacement
+   * itself when `id` was acquired since the plan, and the replace is skipped).
+   */
+  | { readonly op: 'replace'; readonly id: string; readonly spec: SandboxSpec; readonly because: string; readonly node?: string }
   /**
    * Change a live sandbox in place: the whole SandboxUpdate the provider gets.
    * `ttl` and `density` are absent only in plans saved before they existed.
@@ -68,6 +79,7 @@ export type SandboxOperation =
 
 /** Per-fleet sandbox counts, so a fleet of 32,000 is one line. Display only. */
 export interface FleetSandboxSummary {
+  /** Ready, unclaimed sandboxes the fleet keeps (replicas). */
   readonly desired: number;
   readonly live: number;
   readonly create: number;
@@ -75,6 +87,16 @@ export interface FleetSandboxSummary {
   readonly replace: number;
   readonly update: number;
   readonly unchanged: number;
+  /** The pool now: fresh, unclaimed sandboxes (of any spec). Absent in plans saved before pools. */
+  readonly ready?: number;
+  /** Held by a rollout; never counted in replicas, never replaced under it. */
+  readonly claimed?: number;
+  /** Released with keep: used, never handed out again. */
+  readonly kept?: number;
+  /** Claimed sandboxes of an older spec: their pool makes current ones, and they go when released. */
+  readonly replaceWhenReleased?: number;
+  /** Claimed sandboxes this plan takes from their holders (`--replace-claimed`). */
+  readonly replaceClaimed?: number;
 }
 
 export interface ResourceChange {
@@ -103,6 +125,14 @@ export interface ResourceChange {
     readonly adopt?: readonly SandboxState[];
     /** ...and sandbox ids the state lists but that are gone are dropped. */
     readonly forget?: readonly string[];
+    /**
+     * The nodes' pool records: how many fresh sandboxes each node keeps that
+     * the plan leaves in place (node -> count). Apply sets each node's pool
+     * to this before the operations and adds what it made after them, so a
+     * pool refilling meanwhile never doubles the engine's creates. Absent
+     * for a fleet being deleted, and in plans saved before pools.
+     */
+    readonly pool?: { readonly keep: Readonly<Record<string, number>>; readonly revision: string };
   };
 }
 
@@ -195,4 +225,11 @@ export interface PlanOptions {
   readonly targets?: readonly string[];
   /** Force a replace of these addresses (`fleet.web`, or `fleet.web[sandbox-id]`). */
   readonly replace?: readonly string[];
+  /**
+   * Claimed sandboxes are replaced (their holders lose them) where the plan
+   * would replace them (an environment change, `--replace`), and a fleet
+   * with claims may be deleted. Without it they are marked outdated and go
+   * when released, and deleting a fleet with claims is refused.
+   */
+  readonly replaceClaimed?: boolean;
 }

@@ -4,6 +4,7 @@
  * many, found through etcd. The engine only ever sees this interface.
  */
 import type {
+  AcquireRequest,
   BatchOutcome,
   ExecRequest,
   ExecResult,
@@ -19,6 +20,9 @@ import type {
   SandboxTarget,
   SandboxUpdate,
   ReadFileRequest,
+  ReleaseRequest,
+  ReleaseResult,
+  RenewRequest,
   WriteFileRequest,
 } from './live.js';
 import type { LayerModel } from './model.js';
@@ -50,12 +54,34 @@ export interface Provider {
    * DSEC_SANDBOX_CLAIMED when another holder has it.
    */
   claimSandbox(id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo>;
-  /** End a sandbox's claim; a no-op when it has none. */
-  releaseSandbox(id: string): Promise<SandboxInfo>;
+  /**
+   * Take a ready sandbox of the fleet's warm pool for `request.holder`, never
+   * one another holder has, waiting up to `request.waitMs` (first come,
+   * first served); the pool makes a fresh one in its place.
+   * DSEC_POOL_EXHAUSTED with the pool's counts when none was free in time.
+   */
+  acquireSandbox(fleet: string, request: AcquireRequest): Promise<SandboxInfo>;
+  /** End a claim: a pool's sandbox is recycled (destroyed), or with `keep` kept, unclaimed; another sandbox just loses its claim. */
+  releaseSandbox(id: string, request?: ReleaseRequest): Promise<ReleaseResult>;
+  /** The holder extends its claim to `ttlSeconds` from now. */
+  renewClaim(id: string, request: RenewRequest): Promise<SandboxInfo>;
+  /**
+   * Set a fleet's pool record on the nodes (apply does, before and after a
+   * fleet's sandbox operations): the template, the claim settings, and how
+   * many ready sandboxes each node keeps. Optional: a provider without
+   * pools leaves acquire to fail with DSEC_POOL_NOT_FOUND.
+   */
+  setPool?(pool: FleetPoolRequest): Promise<void>;
+  /** Remove a fleet's pool records (before its sandboxes are deleted). */
+  deletePool?(fleet: string, lineage: string): Promise<void>;
   /** Each node's usage report (`dsec nodes`). */
   nodeUsage(): Promise<NodeUsage[]>;
-  /** Stop and remove a sandbox and everything it left on its node. Idempotent. */
-  destroySandbox(id: string): Promise<void>;
+  /**
+   * Stop and remove a sandbox and everything it left on its node. Idempotent.
+   * `unlessClaimed`: refused with DSEC_SANDBOX_CLAIMED when a holder has it
+   * (apply's deletes, for a sandbox acquired since the plan was made).
+   */
+  destroySandbox(id: string, options?: { unlessClaimed?: boolean }): Promise<void>;
   exec(id: string, request: ExecRequest): Promise<ExecResult>;
   /** One file from inside a sandbox (a paused one is resumed first). */
   readFile(id: string, request: ReadFileRequest): Promise<FileContent>;
@@ -63,7 +89,8 @@ export interface Provider {
   writeFile(id: string, request: WriteFileRequest): Promise<void>;
   /** Run a stateless task on an FnCall fleet's pool (on a cluster: a node that has workers of it). */
   invokeFunction(fleet: string, task: FunctionTask): Promise<FunctionResult>;
-  listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]>;
+  /** The sandboxes whose labels (their own and their claim's) match; with `holder`, only those it holds. */
+  listSandboxes(labels?: Readonly<Record<string, string>>, options?: { holder?: string }): Promise<SandboxInfo[]>;
   nodes(): Promise<NodeInfo[]>;
   /**
    * Remove what the provider itself left inconsistent, before `apply` plans
@@ -75,4 +102,17 @@ export interface Provider {
   sweepStrays?(): Promise<string[]>;
   /** Release connections; never stops the agents (sandboxes outlive the CLI). */
   close(): Promise<void>;
+}
+
+/** A fleet's pool as apply sets it: what every node's record holds, and each node's share of the ready sandboxes. */
+export interface FleetPoolRequest {
+  readonly fleet: string;
+  readonly lineage: string;
+  readonly template: Omit<SandboxSpec, 'id'>;
+  /** Fleet-wide; a cluster shares it out over the nodes in proportion to their shares. */
+  readonly maxClaimed?: number;
+  readonly claimTtlSeconds?: number;
+  readonly revision: string;
+  /** How many ready sandboxes each node keeps (node name -> count); a node left out keeps none. */
+  readonly shares: Readonly<Record<string, number>>;
 }

@@ -8,12 +8,14 @@
  * what went wrong; destroying it, or creating the same id again, removes it.
  */
 import os from 'node:os';
+import path from 'node:path';
 import { mkdir } from 'node:fs/promises';
 import type { Dsec } from '../dsec.js';
 import { asBackendFailure, DsecError } from '../errors.js';
 import type { NodeContext } from '../hooks.js';
 import {
   LABEL_FLEET,
+  selectorLabels,
   type BatchOutcome,
   type ExecResult,
   type FileContent,
@@ -23,6 +25,8 @@ import {
   type SandboxInfo,
   type SandboxSpec,
 } from '../live.js';
+import { ClaimService } from './claim-service.js';
+import { PoolManager, type PlacementRecorder } from './pools.js';
 import { backendHook } from './backend-hooks.js';
 import { NodeDescriber } from './node-info.js';
 import { trackBailer } from './bail-tracker.js';
@@ -37,7 +41,7 @@ import { DEFAULT_REAP_INTERVAL_MS, Reaper, reapViewOf, type ReapDecision, type R
 import { SandboxSettings } from './settings.js';
 import { SandboxStore, toInfo, type SandboxEntry } from './store.js';
 import { UsageReporter } from './usage.js';
-import { checkClaimRequest, checkSandboxId, checkSpec, checkTarget } from './validate.js';
+import { checkSandboxId, checkSpec, checkTarget } from './validate.js';
 
 export interface NodeAgentOptions {
   readonly dsec: Dsec;
@@ -49,6 +53,8 @@ export interface NodeAgentOptions {
   readonly reapIntervalMs?: number;
   /** A cluster agent: where it serves over TCP (`host:port`) and its labels, reported in nodeInfo() (node-info.ts). */
   readonly cluster?: { readonly address: string; readonly labels: Readonly<Record<string, string>> };
+  /** A cluster agent: where the sandboxes its pools make are recorded (etcd placements). */
+  readonly placements?: PlacementRecorder;
 }
 
 export class NodeAgent {
@@ -65,6 +71,10 @@ export class NodeAgent {
   private readonly usage: UsageReporter;
   private readonly reaper: Reaper | undefined;
   private readonly describer: NodeDescriber;
+  /** The warm pools of the fleets applied to this node (pools.ts). */
+  readonly pools: PoolManager;
+  /** Claims and pools: acquire, claim, renew, release; the pool records (claim-service.ts). The API calls it directly. */
+  readonly claims: ClaimService;
 
   constructor(options: NodeAgentOptions) {
     this.dsec = options.dsec;
@@ -79,6 +89,19 @@ export class NodeAgent {
     });
     this.store = new SandboxStore(options.root, this.node);
     this.refusedBy = trackBailer(this.dsec.hooks.admit);
+    this.pools = new PoolManager(
+      {
+        node: this.node,
+        store: this.store,
+        log: this.log,
+        create: (spec) => this.createSandbox(spec),
+        destroy: (id) => this.destroySandbox(id),
+        persist: (entry) => this.store.persist(entry),
+        ...(options.placements ? { placements: options.placements } : {}),
+      },
+      path.join(options.root, 'pools'),
+    );
+    this.claims = new ClaimService({ dsec: this.dsec, store: this.store, pools: this.pools, teardown: (entry) => this.teardown(entry) });
     const probe = (entry: SandboxEntry) => this.probe(entry, { force: true });
     this.layers = new LayerService({
       dsec: this.dsec,
@@ -90,7 +113,14 @@ export class NodeAgent {
       probe,
     });
     this.pauses = new PauseControl({ dsec: this.dsec, store: this.store, probe });
-    this.calls = new SandboxCalls({ dsec: this.dsec, node: this.node, store: this.store, pauses: this.pauses, probe: (entry) => this.probe(entry) });
+    this.calls = new SandboxCalls({
+      dsec: this.dsec,
+      node: this.node,
+      store: this.store,
+      pauses: this.pauses,
+      probe: (entry) => this.probe(entry),
+      checkHolder: (entry, holder) => this.claims.checkHolder(entry, holder),
+    });
     this.settings = new SandboxSettings(this.dsec, this.store);
     this.describer = new NodeDescriber({ dsec: this.dsec, node: this.node, sandboxCount: () => this.store.size, cluster: options.cluster });
     this.usage = new UsageReporter({ dsec: this.dsec, node: this.node, store: this.store, nodeInfo: () => this.nodeInfo() });
@@ -122,9 +152,11 @@ export class NodeAgent {
     for (const dir of orphans) {
       await removeTree(dir).catch((error: Error) => this.log.warn(`could not remove ${dir}: ${error.message}`));
     }
+    await this.pools.load();
     for (const entry of records) {
       const id = entry.ctx.spec.id;
-      if (entry.ctx.status === 'creating') {
+      // An unfinished create is cleaned up; so is an unfinished recycle (its release was answered, or never will be).
+      if (entry.ctx.status === 'creating' || entry.recycling) {
         this.store.add(entry);
         await this.teardown(entry).then(
           () => cleaned.push(id),
@@ -157,10 +189,13 @@ export class NodeAgent {
     // Node-wide set-up (a swap device, KSM); the agent serves without a tap that failed.
     await this.dsec.hooks.agentStarted.promise(this.node).catch((error: Error) => this.log.warn(`an agentStarted tap failed: ${error.message}`));
     this.reaper?.start();
+    // Refills a crash left undone (a hand-out whose refill never started, a refill cleaned up half-made).
+    this.pools.start();
   }
 
   /** Stop the reaper and wait (bounded) for operations in flight, before the process exits. Sandboxes keep running. */
   async drain(timeoutMs = 10_000): Promise<void> {
+    this.pools.stop();
     await Promise.race([this.reaper?.stop(), new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
     await this.store.drain(timeoutMs);
   }
@@ -221,6 +256,8 @@ export class NodeAgent {
       throw asBackendFailure(error, spec.backend, 'create', spec.id);
     }
     this.log.info(`sandbox ${spec.id}: running on ${spec.backend} after ${Math.round(performance.now() - started)} ms`);
+    // A pool's waiters may be waiting for just this one.
+    this.pools.sandboxChanged(entry);
     return toInfo(entry);
   }
 
@@ -240,14 +277,21 @@ export class NodeAgent {
     await this.store.persist(entry).catch((writeError: Error) => this.log.warn(`sandbox ${id}: ${writeError.message}`));
   }
 
-  /** Stop and remove a sandbox. Idempotent: an unknown id is already gone. */
-  async destroySandbox(idInput: unknown): Promise<{ id: string; existed: boolean }> {
+  /**
+   * Stop and remove a sandbox. Idempotent: an unknown id is already gone.
+   * `unlessClaimed`: refused (DSEC_SANDBOX_CLAIMED) when a holder has it now
+   * (apply's deletes: a sandbox acquired since the plan was made is spared).
+   * Its pool tops up after it.
+   */
+  async destroySandbox(idInput: unknown, options: { unlessClaimed?: boolean } = {}): Promise<{ id: string; existed: boolean }> {
     const id = checkSandboxId(idInput);
     return this.store.withLock(id, async () => {
       const entry = this.store.get(id);
       if (!entry) return { id, existed: false };
+      if (options.unlessClaimed && entry.claim) throw new DsecError('DSEC_SANDBOX_CLAIMED', { id, holder: entry.claim.holder });
       await this.teardown(entry);
       this.log.info(`sandbox ${id}: destroyed`);
+      this.pools.sandboxChanged(entry);
       return { id, existed: true };
     });
   }
@@ -312,15 +356,6 @@ export class NodeAgent {
     return this.pauses.resumeSandboxes(checkTarget(targetInput));
   }
 
-  /** Hold a running or paused sandbox for `holder` (`{holder, ttlSeconds?}`); see claims.ts. */
-  async claimSandbox(idInput: unknown, input: unknown): Promise<SandboxInfo> {
-    return this.settings.claim(checkSandboxId(idInput), checkClaimRequest(input));
-  }
-
-  /** End a sandbox's claim; a no-op when it has none. */
-  async releaseSandbox(idInput: unknown): Promise<SandboxInfo> {
-    return this.settings.release(checkSandboxId(idInput));
-  }
 
   /**
    * The reaper's work on one sandbox, under its lock: decide again (a call
@@ -331,6 +366,12 @@ export class NodeAgent {
     return this.renew(id, (entry) => {
       const decision = decide(reapViewOf(entry));
       if (!decision) return undefined;
+      const pool = this.pools.poolOf(entry);
+      if (pool && (entry.claim || entry.kept)) {
+        // Used by a holder: recycled. Its pool made a fresh one when it was handed out.
+        return { message: `reaped because ${decision.reason}; recycled`, createAgain: false };
+      }
+      if (pool) return { message: `reaped because ${decision.reason}; re-created from its pool's template`, createAgain: true, spec: { ...pool.template, id } };
       const fleet = entry.ctx.spec.labels[LABEL_FLEET];
       return { message: `reaped because ${decision.reason}${fleet !== undefined ? `; re-created for fleet ${fleet}` : ''}`, createAgain: fleet !== undefined };
     });
@@ -342,15 +383,22 @@ export class NodeAgent {
   }
 
   /** Under the sandbox's lock: if `decide` says so, tear it down and, with `createAgain`, create it anew from the same spec (same id). */
-  private async renew(id: string, decide: (entry: SandboxEntry) => { message: string; createAgain: boolean } | undefined): Promise<void> {
+  private async renew(
+    id: string,
+    decide: (entry: SandboxEntry) => { message: string; createAgain: boolean; spec?: SandboxSpec } | undefined,
+  ): Promise<void> {
     await this.store.withLock(id, async () => {
       const entry = this.store.get(id);
       const decision = entry && decide(entry);
       if (!entry || !decision) return;
-      const { spec } = entry.ctx;
+      const spec = decision.spec ?? entry.ctx.spec;
       this.log.info(`sandbox ${id}: ${decision.message}`);
       await this.teardown(entry);
       if (decision.createAgain) await this.create(spec);
+      else {
+        if (this.pools.poolOf(entry)) await this.pools.dropPlacement(id);
+        this.pools.sandboxChanged(entry);
+      }
     });
   }
 
@@ -362,12 +410,16 @@ export class NodeAgent {
     return toInfo(entry);
   }
 
-  /** Sandboxes whose labels include every `key=value` of the selector. */
-  async list(selector: Readonly<Record<string, string>> = {}): Promise<SandboxInfo[]> {
+  /** Sandboxes whose labels (their own and their claim's) include every `key=value` of the selector; with `holder`, only those it holds. */
+  async list(selector: Readonly<Record<string, string>> = {}, options: { holder?: string } = {}): Promise<SandboxInfo[]> {
     const wanted = Object.entries(selector);
     const entries = this.store
       .all()
-      .filter((entry) => wanted.every(([key, value]) => entry.ctx.spec.labels[key] === value));
+      .filter((entry) => options.holder === undefined || entry.claim?.holder === options.holder)
+      .filter((entry) => {
+        const labels = selectorLabels({ labels: entry.ctx.spec.labels, claim: entry.claim });
+        return wanted.every(([key, value]) => labels[key] === value);
+      });
     // Always ask the backend: refresh must see a sandbox killed a moment ago,
     // and the container backend's probe reads /proc without spawning anything.
     await forEachLimited(entries, 8, (entry) => this.probe(entry));

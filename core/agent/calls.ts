@@ -15,6 +15,7 @@ import { backendHook, backendSupports, type BackendHookKind } from './backend-ho
 import type { PauseControl } from './pause.js';
 import type { SandboxEntry, SandboxStore } from './store.js';
 import { checkExecRequest, checkSandboxId } from './validate.js';
+import { checkCallHolder } from './validate-pools.js';
 import { checkFunctionTask, checkReadFileRequest, checkWriteFileRequest } from './validate-calls.js';
 
 export interface CallHost {
@@ -24,6 +25,8 @@ export interface CallHost {
   readonly pauses: PauseControl;
   /** Ask the backend what became of a sandbox (a vanished one becomes `stopped`). */
   probe(entry: SandboxEntry): Promise<void>;
+  /** A call that names a holder is refused unless that holder has the sandbox (claim-service.ts). */
+  checkHolder(entry: SandboxEntry, holder: string | undefined): void;
 }
 
 type SandboxOperation = Extract<BackendHookKind, 'exec' | 'readFile' | 'writeFile'>;
@@ -40,23 +43,26 @@ export class SandboxCalls {
   /** Run a command in a sandbox. */
   exec(idInput: unknown, requestInput: unknown): Promise<ExecResult> {
     const id = checkSandboxId(idInput);
+    const holder = holderOf(requestInput);
     const request = checkExecRequest(requestInput);
     // exec's own failures keep their words (a runtime's message reads better than a wrapper's).
-    return this.inside(id, 'exec', (ctx) => backendHook(this.host.dsec, 'exec', ctx.spec.backend).promise(ctx, request), { wrap: false });
+    return this.inside(id, 'exec', (ctx) => backendHook(this.host.dsec, 'exec', ctx.spec.backend).promise(ctx, request), { wrap: false, holder });
   }
 
-  /** One file from inside a sandbox (`{path, maxBytes?}`). */
+  /** One file from inside a sandbox (`{path, maxBytes?, holder?}`). */
   readFile(idInput: unknown, requestInput: unknown): Promise<FileContent> {
     const id = checkSandboxId(idInput);
+    const holder = holderOf(requestInput);
     const request: ReadFileRequest = checkReadFileRequest(id, requestInput);
-    return this.inside(id, 'readFile', (ctx) => backendHook(this.host.dsec, 'readFile', ctx.spec.backend).promise(ctx, request));
+    return this.inside(id, 'readFile', (ctx) => backendHook(this.host.dsec, 'readFile', ctx.spec.backend).promise(ctx, request), { holder });
   }
 
-  /** Create or replace one file inside a sandbox (`{path, data (base64), mode?}`), parents created. */
+  /** Create or replace one file inside a sandbox (`{path, data (base64), mode?, holder?}`), parents created. */
   async writeFile(idInput: unknown, requestInput: unknown): Promise<{ path: string; size: number }> {
     const id = checkSandboxId(idInput);
+    const holder = holderOf(requestInput);
     const request: WriteFileRequest = checkWriteFileRequest(id, requestInput);
-    await this.inside(id, 'writeFile', (ctx) => backendHook(this.host.dsec, 'writeFile', ctx.spec.backend).promise(ctx, request));
+    await this.inside(id, 'writeFile', (ctx) => backendHook(this.host.dsec, 'writeFile', ctx.spec.backend).promise(ctx, request), { holder });
     return { path: request.path, size: Buffer.byteLength(request.data, 'base64') };
   }
 
@@ -108,13 +114,23 @@ export class SandboxCalls {
     id: string,
     operation: SandboxOperation,
     run: (ctx: SandboxContext) => Promise<R | undefined>,
-    options: { wrap?: boolean } = {},
+    options: { wrap?: boolean; holder?: string } = {},
   ): Promise<R> {
-    // Unsupported is said before a paused sandbox is woken for nothing.
+    // Unsupported, or another holder's, is said before a paused sandbox is woken for nothing.
     const known = this.host.store.get(id);
-    if (known) backendHook(this.host.dsec, operation, known.ctx.spec.backend);
+    if (known) {
+      backendHook(this.host.dsec, operation, known.ctx.spec.backend);
+      this.host.checkHolder(known, options.holder);
+    }
     const call = await this.host.pauses.awake(id);
     const { ctx } = call.entry;
+    try {
+      // Again: the claim may have changed while a paused sandbox was resumed.
+      this.host.checkHolder(call.entry, options.holder);
+    } catch (error) {
+      call.done();
+      throw error;
+    }
     const { backend } = ctx.spec;
     try {
       let result: R | undefined;
@@ -137,4 +153,9 @@ export class SandboxCalls {
 
 function isUnsupported(error: unknown): boolean {
   return error instanceof DsecError && error.code === 'DSEC_BACKEND_UNSUPPORTED';
+}
+
+/** The `holder` a call may name (its calls are refused on a sandbox it does not hold). */
+function holderOf(input: unknown): string | undefined {
+  return typeof input === 'object' && input !== null ? checkCallHolder((input as { holder?: unknown }).holder) : undefined;
 }

@@ -9,6 +9,7 @@
 import http from 'node:http';
 import { DsecError, ERRORS, type ErrorCode } from '../errors.js';
 import type {
+  AcquireRequest,
   BatchOutcome,
   ExecRequest,
   ExecResult,
@@ -19,6 +20,11 @@ import type {
   LayerRef,
   NodeInfo,
   NodeUsage,
+  PoolInfo,
+  PoolSpec,
+  ReleaseRequest,
+  ReleaseResult,
+  RenewRequest,
   SandboxInfo,
   SandboxSpec,
   SandboxTarget,
@@ -123,11 +129,43 @@ export class AgentClient {
     await this.request('DELETE', `/v1/layers/${encodeURIComponent(name)}/${encodeURIComponent(version)}`);
   }
 
-  listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
+  /** The sandboxes whose labels (their own and their claim's) match; with `holder`, only the ones it holds. */
+  listSandboxes(labels?: Readonly<Record<string, string>>, options: { holder?: string } = {}): Promise<SandboxInfo[]> {
     const query = new URLSearchParams();
     for (const [key, value] of Object.entries(labels ?? {})) query.append('label', `${key}=${value}`);
+    if (options.holder !== undefined) query.set('holder', options.holder);
     const suffix = query.size > 0 ? `?${query}` : '';
     return this.request('GET', `/v1/sandboxes${suffix}`);
+  }
+
+  /** The node's pool records with their counts. */
+  listPools(): Promise<PoolInfo[]> {
+    return this.request('GET', '/v1/pools');
+  }
+
+  /** Create or replace a fleet's pool record on this node (the engine, at apply). */
+  setPool(pool: PoolSpec): Promise<PoolInfo> {
+    return this.request('PUT', `/v1/pools/${encodeURIComponent(pool.fleet)}`, pool);
+  }
+
+  /** Remove a fleet's pool record (its sandboxes stay). */
+  async deletePool(fleet: string, lineage: string): Promise<void> {
+    await this.request('DELETE', `/v1/pools/${encodeURIComponent(fleet)}?${new URLSearchParams({ lineage })}`);
+  }
+
+  /** Take a ready sandbox of the fleet's pool for `request.holder` (waiting up to `waitMs`); resolves to it, claimed. */
+  acquire(fleet: string, request: AcquireRequest): Promise<SandboxInfo> {
+    return this.request('POST', `/v1/pools/${encodeURIComponent(fleet)}/acquire`, request);
+  }
+
+  /** Recycle a claimed sandbox (its pool already made a fresh one), or with `keep` keep it, unclaimed. */
+  release(id: string, request: ReleaseRequest = {}): Promise<ReleaseResult> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/release`, request);
+  }
+
+  /** The holder extends its claim to `ttlSeconds` from now. */
+  renew(id: string, request: RenewRequest): Promise<SandboxInfo> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/renew`, request);
   }
 
   createSandbox(spec: SandboxSpec): Promise<SandboxInfo> {
@@ -172,7 +210,7 @@ export class AgentClient {
     return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/claim`, { holder, ...(ttlSeconds !== undefined ? { ttlSeconds } : {}) });
   }
 
-  /** End a sandbox's claim (a no-op when it has none). */
+  /** End a sandbox's claim and keep the sandbox (a pool's is marked kept); a no-op when it has none. */
   releaseSandbox(id: string): Promise<SandboxInfo> {
     return this.request('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}/claim`);
   }
@@ -182,8 +220,9 @@ export class AgentClient {
     return this.request('GET', '/v1/node/usage');
   }
 
-  destroySandbox(id: string): Promise<{ id: string; existed: boolean }> {
-    return this.request('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}`);
+  /** `unlessClaimed`: refused with DSEC_SANDBOX_CLAIMED when a holder has it (apply's deletes). */
+  destroySandbox(id: string, options: { unlessClaimed?: boolean } = {}): Promise<{ id: string; existed: boolean }> {
+    return this.request('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}${options.unlessClaimed ? '?unlessClaimed=1' : ''}`);
   }
 
   /** Publish a sandbox's writable layer as `as` (name@version), without the `exclude` paths. */

@@ -15,10 +15,10 @@
  * - leave: revoke the lease, so the node disappears at once.
  */
 import { Etcd3, EtcdLeaseInvalidError, type Lease } from 'etcd3';
-import { clusterKeys, type NodeRegistration } from '../cluster/keys.js';
+import { clusterKeys, placementOf, type NodeRegistration } from '../cluster/keys.js';
 import { DsecError, isDsecError } from '../errors.js';
 import type { Logger } from '../hooks.js';
-import type { NodeInfo } from '../live.js';
+import type { NodeInfo, SandboxSpec } from '../live.js';
 import { RateLimitedLog } from './tcp-auth.js';
 
 export const DEFAULT_REFRESH_MS = 2_000;
@@ -103,6 +103,22 @@ export class ClusterMember {
         this.retryDelayMs = Math.min(this.retryDelayMs * 2, this.maxRetryMs);
       }
     }
+  }
+
+  /**
+   * Record where a sandbox this node's pool makes is, before it is created
+   * (as the engine records its own): the cluster's view routes calls by it
+   * and takes a placed sandbox for the truth. Rejects when etcd does not
+   * answer, so the refill waits (and retries) rather than make a sandbox
+   * the cluster would take for a stray.
+   */
+  async recordPlacement(spec: SandboxSpec): Promise<void> {
+    await this.client.put(clusterKeys(this.options.prefix).placement(spec.id)).value(JSON.stringify(placementOf(spec, this.options.name)));
+  }
+
+  /** Drop the placement of a sandbox this node destroyed on its own (a recycle, a discarded refill). */
+  async dropPlacement(id: string): Promise<void> {
+    await this.client.delete().key(clusterKeys(this.options.prefix).placement(id));
   }
 
   /** Revoke the lease (the node disappears at once) and close the client; bounded, never throws. */

@@ -21,6 +21,7 @@
  * keep running, and the next agent on this root adopts them.
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import { Dsec } from '../dsec.js';
 import { isDsecError } from '../errors.js';
 import { agentPluginRefs, loadPlugins, pluginsFingerprint } from '../plugins.js';
@@ -56,13 +57,29 @@ async function main(): Promise<void> {
   dsec.use(...(await loadPlugins(refs, args.baseDir)));
   if (args.cluster && tokenFileIsShared(args.cluster.tokenFile)) log.warn(`${args.cluster.tokenFile} can be read by others than its owner; chmod 600 it`);
   const join = args.cluster?.join;
+  // Made before the agent starts (it joins later): the agent's pools record the placements of what they make through it.
+  let agentRef: NodeAgent | undefined;
+  const member = join
+    ? new ClusterMember({
+        endpoints: join.endpoints,
+        prefix: join.prefix,
+        name: args.name ?? os.hostname(),
+        address: join.advertise,
+        labels: join.labels,
+        leaseTtlSeconds: join.leaseTtlSeconds,
+        nodeInfo: () => agentRef!.nodeInfo(),
+        log,
+      })
+    : undefined;
   const agent = new NodeAgent({
     dsec,
     root: paths.root,
     name: args.name,
     reapIntervalMs: args.reapIntervalMs,
     ...(join ? { cluster: { address: join.advertise, labels: join.labels } } : {}),
+    ...(member ? { placements: { record: (spec) => member.recordPlacement(spec), drop: (id) => member.dropPlacement(id) } } : {}),
   });
+  agentRef = agent;
   await agent.start();
 
   let stopping = false;
@@ -85,19 +102,8 @@ async function main(): Promise<void> {
     identity: { plugins: pluginsFingerprint(refs, args.baseDir) },
     ...(args.cluster && token ? { tcp: { host: args.cluster.listen.host, port: args.cluster.listen.port, token } } : {}),
   });
-  let member: ClusterMember | undefined;
   if (args.cluster) log.info(`agent listening on TCP ${await server.listenTcp()} (token required)`);
-  if (join) {
-    member = new ClusterMember({
-      endpoints: join.endpoints,
-      prefix: join.prefix,
-      name: agent.node.name,
-      address: join.advertise,
-      labels: join.labels,
-      leaseTtlSeconds: join.leaseTtlSeconds,
-      nodeInfo: () => agent.nodeInfo(),
-      log,
-    });
+  if (member) {
     try {
       await member.join(JOIN_WAIT_MS);
     } catch (error) {

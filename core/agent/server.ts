@@ -44,6 +44,10 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_SANDBOX_NOT_RUNNING: 409,
   DSEC_SANDBOX_BUSY: 409,
   DSEC_SANDBOX_CLAIMED: 409,
+  DSEC_SANDBOX_NOT_CLAIMED: 409,
+  DSEC_POOL_NOT_FOUND: 404,
+  DSEC_POOL_AMBIGUOUS: 409,
+  DSEC_POOL_EXHAUSTED: 503,
   DSEC_BACKEND_UNSUPPORTED: 501,
   DSEC_FILE_NOT_FOUND: 404,
   DSEC_FILE_TOO_LARGE: 422,
@@ -60,6 +64,8 @@ interface ParsedRequest {
   readonly params: Record<string, string>;
   readonly query: URLSearchParams;
   readonly body: Record<string, unknown>;
+  /** Aborted when the caller hangs up before the answer (a waiting acquire leaves the queue, an exec is killed). */
+  readonly signal: AbortSignal;
 }
 
 interface Route {
@@ -202,14 +208,18 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { reado
       await agent.layers.unpublishLayer(params.name, params.version);
       return { ok: true };
     }),
-    route('GET', '/v1/sandboxes', async ({ query }) => agent.list(labelSelector(query))),
+    route('GET', '/v1/pools', async () => agent.claims.listPools()),
+    route('PUT', '/v1/pools/:fleet', async ({ params, body }) => agent.claims.setPool(params.fleet, body)),
+    route('DELETE', '/v1/pools/:fleet', async ({ params, query }) => agent.claims.deletePool(params.fleet, query.get('lineage'))),
+    route('POST', '/v1/pools/:fleet/acquire', async ({ params, body, signal }) => agent.claims.acquire(params.fleet, body, signal)),
+    route('GET', '/v1/sandboxes', async ({ query }) => agent.list(labelSelector(query), holderQuery(query))),
     route('POST', '/v1/sandboxes', async ({ body }) => agent.createSandbox(body.spec)),
     // Before /v1/sandboxes/:id: "pause" and "resume" are not sandbox ids here.
     route('POST', '/v1/sandboxes/pause', async ({ body }) => agent.pauseSandboxes(body)),
     route('POST', '/v1/sandboxes/resume', async ({ body }) => agent.resumeSandboxes(body)),
     route('GET', '/v1/sandboxes/:id', async ({ params }) => agent.get(params.id)),
     route('PATCH', '/v1/sandboxes/:id', async ({ params, body }) => agent.updateSandbox(params.id, body)),
-    route('DELETE', '/v1/sandboxes/:id', async ({ params }) => agent.destroySandbox(params.id)),
+    route('DELETE', '/v1/sandboxes/:id', async ({ params, query }) => agent.destroySandbox(params.id, { unlessClaimed: query.get('unlessClaimed') === '1' })),
     route('POST', '/v1/sandboxes/:id/exec', async ({ params, body }) => agent.exec(params.id, body)),
     route('GET', '/v1/sandboxes/:id/files', async ({ params, query }) => agent.readFile(params.id, fileQuery(query))),
     route('PUT', '/v1/sandboxes/:id/files', async ({ params, body }) => agent.writeFile(params.id, body), MAX_FILE_BODY_BYTES),
@@ -217,8 +227,10 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { reado
     route('POST', '/v1/sandboxes/:id/snapshot', async ({ params, body }) => agent.layers.snapshotSandbox(params.id, body)),
     route('POST', '/v1/sandboxes/:id/pause', async ({ params }) => agent.pauseSandbox(params.id)),
     route('POST', '/v1/sandboxes/:id/resume', async ({ params }) => agent.resumeSandbox(params.id)),
-    route('POST', '/v1/sandboxes/:id/claim', async ({ params, body }) => agent.claimSandbox(params.id, body)),
-    route('DELETE', '/v1/sandboxes/:id/claim', async ({ params }) => agent.releaseSandbox(params.id)),
+    route('POST', '/v1/sandboxes/:id/claim', async ({ params, body }) => agent.claims.claim(params.id, body)),
+    route('DELETE', '/v1/sandboxes/:id/claim', async ({ params }) => agent.claims.unclaim(params.id)),
+    route('POST', '/v1/sandboxes/:id/release', async ({ params, body }) => agent.claims.release(params.id, body)),
+    route('POST', '/v1/sandboxes/:id/renew', async ({ params, body }) => agent.claims.renew(params.id, body)),
     route('POST', '/v1/shutdown', async () => {
       setImmediate(onShutdown);
       return { ok: true };
@@ -231,6 +243,12 @@ function fileQuery(query: URLSearchParams): { path: string | null; maxBytes?: nu
   const maxBytes = query.get('maxBytes');
   if (maxBytes !== null && !/^[0-9]+$/.test(maxBytes)) throw new DsecError('DSEC_AGENT_REQUEST', { message: `maxBytes must be a whole number, got ${JSON.stringify(maxBytes)}` });
   return { path: query.get('path'), ...(maxBytes !== null ? { maxBytes: Number(maxBytes) } : {}) };
+}
+
+/** `?holder=NAME`: only the sandboxes it holds. */
+function holderQuery(query: URLSearchParams): { holder?: string } {
+  const holder = query.get('holder');
+  return holder === null ? {} : { holder };
 }
 
 /** `?label=k=v&label=k2=v2` -> {k: v, k2: v2}. */
@@ -258,7 +276,11 @@ async function handle(routes: readonly Route[], req: http.IncomingMessage, res: 
     const body = await readBody(req, found.maxBodyBytes);
     const match = found.pattern.exec(url.pathname)!;
     const params = Object.fromEntries(found.names.map((name, index) => [name, decodeSegment(match[index + 1])]));
-    const result = await found.handler({ params, query: url.searchParams, body });
+    const hangUp = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) hangUp.abort();
+    });
+    const result = await found.handler({ params, query: url.searchParams, body, signal: hangUp.signal });
     send(res, 200, result ?? { ok: true });
   } catch (error) {
     if (error instanceof BodyError) return sendError(res, error.status, new DsecError('DSEC_AGENT_REQUEST', { message: error.message }));

@@ -2,15 +2,15 @@
  * What may change on a live sandbox without replacing it: its resources
  * (the backend's `update` tap applies them), its TTLs and density switches
  * (recorded in its spec: the reaper and the density taps read them there),
- * and its claim. Each change runs under the sandbox's lock and is persisted.
+ * and its labels. Each change runs under the sandbox's lock and is persisted.
+ * Claims are claim-service.ts's.
  */
 import type { Dsec } from '../dsec.js';
 import { DsecError } from '../errors.js';
 import { RESERVED_LABEL_PREFIX, type SandboxInfo } from '../live.js';
 import { backendHook } from './backend-hooks.js';
-import { claimSandbox, releaseClaim } from './claims.js';
 import { toInfo, type SandboxEntry, type SandboxStore } from './store.js';
-import { checkSandboxUpdate, type ClaimRequest } from './validate.js';
+import { checkSandboxUpdate } from './validate.js';
 
 export class SandboxSettings {
   constructor(
@@ -41,31 +41,6 @@ export class SandboxSettings {
       };
       await this.store.persist(entry);
       this.dsec.log.info(`sandbox ${id}: updated ${JSON.stringify(change)}`);
-      return toInfo(entry);
-    });
-  }
-
-  /** Claim a running or paused sandbox for `request.holder`; see claims.ts. */
-  claim(id: string, request: ClaimRequest): Promise<SandboxInfo> {
-    return this.store.withLock(id, async () => {
-      const entry = this.live(id);
-      const claim = claimSandbox(entry, request, Date.now());
-      await this.store.persist(entry);
-      this.dsec.log.info(`sandbox ${id}: claimed by ${claim.holder}${claim.expiresAt ? ` until ${claim.expiresAt}` : ''}`);
-      return toInfo(entry);
-    });
-  }
-
-  /** End the claim; a no-op when there is none. */
-  release(id: string): Promise<SandboxInfo> {
-    return this.store.withLock(id, async () => {
-      const entry = this.store.get(id);
-      if (!entry) throw new DsecError('DSEC_SANDBOX_NOT_FOUND', { id });
-      const released = releaseClaim(entry);
-      if (released) {
-        await this.store.persist(entry);
-        this.dsec.log.info(`sandbox ${id}: the claim of ${released.holder} released`);
-      }
       return toInfo(entry);
     });
   }

@@ -11,7 +11,7 @@
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { NodeContext, ProcessTraits, SandboxCgroups, SandboxContext } from '../hooks.js';
-import type { SandboxClaim, SandboxInfo, SandboxSpec, SandboxStatus } from '../live.js';
+import { LABEL_FLEET, type KeptMark, type SandboxClaim, type SandboxInfo, type SandboxSpec, type SandboxStatus } from '../live.js';
 import { readJson, writeJsonAtomic } from './files.js';
 
 /** What record.json holds: the SandboxContext minus `node`, plus the agent's notes. */
@@ -31,6 +31,9 @@ export interface SandboxRecord {
   readonly lastActivityAt?: string;
   readonly pausedAt?: string;
   readonly claim?: SandboxClaim;
+  readonly kept?: KeptMark;
+  /** A release is destroying it: a restarted agent finishes the job. */
+  readonly recycling?: boolean;
 }
 
 export interface SandboxEntry {
@@ -42,6 +45,10 @@ export interface SandboxEntry {
   /** When it was paused, while it is. */
   pausedAt?: string;
   claim?: SandboxClaim;
+  /** Released with `keep`: used, so never handed out by acquire again. */
+  kept?: KeptMark;
+  /** Being recycled (destroyed after a release); persisted so a crash mid-way finishes it on restart. */
+  recycling?: boolean;
   /** Exec (and file) calls running in it now; in memory only. A pause waits for none. */
   calls?: number;
   /** A pause is under way: a call arriving now waits for it and then resumes the sandbox. */
@@ -57,6 +64,8 @@ export class SandboxStore {
   readonly dir: string;
   private readonly entries = new Map<string, SandboxEntry>();
   private readonly locks = new Map<string, Promise<unknown>>();
+  /** The entries of each fleet (by the fleet label), so a pool's work looks at its own sandboxes, not the node's. */
+  private readonly fleets = new Map<string, Set<SandboxEntry>>();
 
   constructor(root: string, private readonly node: NodeContext) {
     this.dir = path.join(root, 'sandboxes');
@@ -79,13 +88,37 @@ export class SandboxStore {
   }
 
   add(entry: SandboxEntry): void {
-    this.entries.set(entry.ctx.spec.id, entry);
+    const id = entry.ctx.spec.id;
+    const previous = this.entries.get(id);
+    if (previous && previous !== entry) this.unindex(previous);
+    this.entries.set(id, entry);
+    const fleet = entry.ctx.spec.labels[LABEL_FLEET];
+    if (fleet === undefined) return;
+    let members = this.fleets.get(fleet);
+    if (!members) this.fleets.set(fleet, (members = new Set()));
+    members.add(entry);
   }
 
   delete(id: string): void {
     const entry = this.entries.get(id);
-    if (entry) entry.removed = true;
+    if (entry) {
+      entry.removed = true;
+      this.unindex(entry);
+    }
     this.entries.delete(id);
+  }
+
+  /** The entries labelled with this fleet (every project's: callers check the lineage). */
+  ofFleet(fleet: string): readonly SandboxEntry[] {
+    return [...(this.fleets.get(fleet) ?? [])];
+  }
+
+  private unindex(entry: SandboxEntry): void {
+    const fleet = entry.ctx.spec.labels[LABEL_FLEET];
+    if (fleet === undefined) return;
+    const members = this.fleets.get(fleet);
+    members?.delete(entry);
+    if (members?.size === 0) this.fleets.delete(fleet);
   }
 
   /** A fresh context for a new sandbox. */
@@ -167,6 +200,8 @@ export function toRecord(entry: SandboxEntry): SandboxRecord {
     ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
     ...(entry.pausedAt !== undefined ? { pausedAt: entry.pausedAt } : {}),
     ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
+    ...(entry.kept !== undefined ? { kept: entry.kept } : {}),
+    ...(entry.recycling ? { recycling: true } : {}),
   };
 }
 
@@ -189,6 +224,8 @@ function fromRecord(record: SandboxRecord, node: NodeContext, dir: string): Sand
     ...(record.lastActivityAt !== undefined ? { lastActivityAt: record.lastActivityAt } : {}),
     ...(record.pausedAt !== undefined ? { pausedAt: record.pausedAt } : {}),
     ...(record.claim !== undefined ? { claim: record.claim } : {}),
+    ...(record.kept !== undefined ? { kept: record.kept } : {}),
+    ...(record.recycling ? { recycling: true } : {}),
   };
 }
 
@@ -209,6 +246,7 @@ export function toInfo(entry: SandboxEntry): SandboxInfo {
     ...(entry.lastActivityAt !== undefined ? { lastActivityAt: entry.lastActivityAt } : {}),
     ...(entry.pausedAt !== undefined && ctx.status === 'paused' ? { pausedAt: entry.pausedAt } : {}),
     ...(entry.claim !== undefined ? { claim: entry.claim } : {}),
+    ...(entry.kept !== undefined ? { kept: entry.kept } : {}),
     ...(ctx.spec.ttl !== undefined ? { ttl: ctx.spec.ttl } : {}),
     ...(Object.keys(ctx.density).length > 0 ? { density: ctx.density } : {}),
   };

@@ -14,7 +14,7 @@
  * Plain data, no etcd client here: the agent, the provider and the state
  * store all build their keys from this file.
  */
-import type { NodeInfo, SandboxClaim } from '../live.js';
+import { LABEL_FLEET, type NodeInfo, type SandboxClaim, type SandboxSpec } from '../live.js';
 import type { Resources } from '../model.js';
 
 export const DEFAULT_CLUSTER_PREFIX = '/dsec';
@@ -52,6 +52,19 @@ export interface Placement {
    * leaves it for its job instead of replacing it.
    */
   readonly claim?: SandboxClaim;
+}
+
+/** The placement of a sandbox about to be created on `node` (by the engine's provider, or by a node's pool refilling). */
+export function placementOf(spec: SandboxSpec, node: string): Placement {
+  return {
+    sandbox: spec.id,
+    node,
+    ...(spec.labels[LABEL_FLEET] ? { fleet: spec.labels[LABEL_FLEET] } : {}),
+    at: new Date().toISOString(),
+    labels: spec.labels,
+    backend: spec.backend,
+    resources: spec.resources,
+  };
 }
 
 export function clusterKeys(prefix: string = DEFAULT_CLUSTER_PREFIX) {

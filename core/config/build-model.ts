@@ -214,8 +214,17 @@ function fleetModel(name: string, fleet: FleetDocument): FleetModel {
             nodeSelector: sortKeys(fleet.placement.nodeSelector ?? {}),
           },
         }),
+    ...(poolModel(fleet.pool) ?? {}),
     update: { maxUnavailable: fleet.update?.maxUnavailable ?? DEFAULTS.maxUnavailable },
   };
+}
+
+/** `pool:` as the model has it; absent when nothing in it is set, so fleets without one keep their recorded attributes. */
+function poolModel(pool: FleetDocument['pool']): { pool: FleetModel['pool'] } | undefined {
+  const maxClaimed = pool?.maxClaimed;
+  const claimTtlSeconds = pool?.claimTtl === undefined ? undefined : durationSeconds(pool.claimTtl);
+  if (maxClaimed === undefined && claimTtlSeconds === undefined) return undefined;
+  return { pool: { ...(maxClaimed !== undefined ? { maxClaimed } : {}), ...(claimTtlSeconds !== undefined ? { claimTtlSeconds } : {}) } };
 }
 
 function mapSorted<T, R>(map: Readonly<Record<string, T>>, build: (name: string, value: T) => R): Record<string, R> {

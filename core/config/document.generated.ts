@@ -294,7 +294,7 @@ export interface FleetDocument {
    */
   backend?: string;
   /**
-   * How many sandboxes the fleet keeps (its warm pool), 0 to 100000.
+   * How many ready, unclaimed sandboxes the fleet keeps warm (its pool), 0 to 100000. Claimed sandboxes come on top: each acquire takes one and a fresh one is made in its place.
    */
   replicas: number;
   resources?: ResourcesDocument;
@@ -308,6 +308,7 @@ export interface FleetDocument {
   placement?: PlacementDocument;
   backendOptions?: BackendOptions;
   labels?: Labels;
+  pool?: PoolDocument;
   update?: UpdateDocument;
 }
 /**
@@ -365,6 +366,16 @@ export interface BackendOptions {
  */
 export interface Labels {
   [k: string]: string;
+}
+/**
+ * How the fleet's warm pool hands sandboxes out to rollouts (acquire and release). claimTtl: a claim made without a ttl of its own lapses after this long unless renewed, and the sandbox is recycled, so a holder that died gives its sandboxes back ("90s", "30m", "2h", "1d" or seconds; default: claims do not lapse).
+ */
+export interface PoolDocument {
+  /**
+   * At most this many of the fleet's sandboxes claimed at once, so a burst of acquires cannot exhaust the nodes; acquires past it wait (up to their wait time). On a cluster it is shared out over the nodes in proportion to their share of the pool. Default: no bound
+   */
+  maxClaimed?: number;
+  claimTtl?: Duration;
 }
 /**
  * How replacements roll through the fleet.

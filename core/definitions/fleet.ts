@@ -3,6 +3,7 @@ import type {
   DensityDocument,
   FleetDocument,
   PlacementDocument,
+  PoolDocument,
   QosClass,
   ResourcesDocument,
   TtlDocument,
@@ -16,7 +17,7 @@ export interface FleetProps {
   readonly environment: Environment | string;
   /** The backend kind that isolates the sandboxes; a plugin provides it. @default "container" */
   readonly backend?: string;
-  /** How many sandboxes the fleet keeps, 0 to 100000. */
+  /** How many ready, unclaimed sandboxes the fleet keeps warm, 0 to 100000 (claimed ones come on top). */
   readonly replicas: number;
   /**
    * Per-sandbox limits: cpu in cores or `"500m"`, memory in MiB or `"512Mi"`/`"2Gi"`, pids.
@@ -56,6 +57,12 @@ export interface FleetProps {
    * @default none
    */
   readonly backendOptions?: Readonly<Record<string, unknown>>;
+  /**
+   * How the warm pool hands sandboxes out: `maxClaimed` bounds how many are claimed at once
+   * (acquires past it wait), `claimTtl` makes a claim without its own ttl lapse (`"1h"`).
+   * @default no bound, claims never lapse
+   */
+  readonly pool?: PoolDocument;
   /** Labels on every sandbox; keys starting with `dsec.io/` are reserved. @default {} */
   readonly labels?: Readonly<Record<string, string>>;
   /** @default { maxUnavailable: 1 } */
@@ -73,7 +80,7 @@ export class Fleet extends DsecConstruct {
   }
 
   toDocument(): FleetDocument {
-    const { environment, labels, density, placement, backendOptions, ...rest } = this.props;
+    const { environment, labels, density, placement, backendOptions, pool, ...rest } = this.props;
     return defined({
       ...rest,
       environment: typeof environment === 'string' ? environment : environment.name,
@@ -84,6 +91,7 @@ export class Fleet extends DsecConstruct {
           : defined({ ...placement, nodeSelector: placement.nodeSelector === undefined ? undefined : { ...placement.nodeSelector } }),
       labels: labels === undefined ? undefined : { ...labels },
       backendOptions: backendOptions === undefined ? undefined : { ...backendOptions },
+      pool: pool === undefined ? undefined : defined({ ...pool }),
     });
   }
 

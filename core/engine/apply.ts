@@ -32,8 +32,10 @@ export interface ApplyDeps {
 export interface ApplyResult {
   readonly succeeded: ResourceChange[];
   readonly failed: { change: ResourceChange; error: Error }[];
-  /** Sandbox operations: finished, failed, and never started because something before them failed. */
+  /** Sandbox operations: finished, failed, and never started (something before them failed, or a holder acquired the sandbox since the plan). */
   readonly sandboxes: { done: number; failed: number; skipped: number };
+  /** What apply did not do as planned, and why, one line each (a sandbox spared because it was acquired since the plan). */
+  readonly notes: string[];
 }
 
 const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
@@ -43,7 +45,7 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
   // The caller checks a saved plan against the state it locked; checking
   // again here costs nothing and keeps a stale plan from ever running.
   assertPlanFresh(plan, state.state);
-  const result: ApplyResult = { succeeded: [], failed: [], sandboxes: { done: 0, failed: 0, skipped: 0 } };
+  const result: ApplyResult = { succeeded: [], failed: [], sandboxes: { done: 0, failed: 0, skipped: 0 }, notes: [] };
   const context: FleetApplyContext = {
     plan,
     provider,
@@ -51,6 +53,7 @@ export async function applyPlan(plan: Plan, deps: ApplyDeps): Promise<ApplyResul
     dsec,
     limit: createLimiter(deps.parallelism ?? 10),
     counts: result.sandboxes,
+    notice: (message) => void result.notes.push(message),
   };
 
   // Before any provider call: this first write creates a never-written state

@@ -45,6 +45,7 @@ export function resolveFleet(
     labels: fleet.labels,
     ...(fleet.placement ? { placement: fleet.placement } : {}),
     ...(fleet.backendOptions ? { backendOptions: fleet.backendOptions } : {}),
+    ...(fleet.pool ? { pool: fleet.pool } : {}),
     update: fleet.update,
     layers,
     env: environment.env,
@@ -74,6 +75,7 @@ export function displayFleet(attributes: FleetAttributes): Record<string, unknow
     density: densityOf(attributes),
     labels: attributes.labels,
     ...(attributes.placement ? { placement: attributes.placement } : {}),
+    ...(attributes.pool ? { pool: attributes.pool } : {}),
     update: attributes.update,
   };
 }

@@ -63,9 +63,9 @@ const operation = {
   required: ['op'],
   oneOf: [
     { properties: { op: { const: 'create' }, spec: sandboxSpec }, required: ['spec'] },
-    { properties: { op: { const: 'delete' }, id: string }, required: ['id'] },
+    { properties: { op: { const: 'delete' }, id: string, claimed: { type: 'boolean' }, because: string }, required: ['id'] },
     {
-      properties: { op: { const: 'replace' }, id: string, spec: sandboxSpec, because: string },
+      properties: { op: { const: 'replace' }, id: string, spec: sandboxSpec, because: string, node: string },
       required: ['id', 'spec'],
     },
     { properties: { op: { const: 'update' }, id: string, resources, ttl, density, labels: stringMap }, required: ['id', 'resources'] },
@@ -99,6 +99,11 @@ const resourceChange = {
         operations: { type: 'array', items: operation },
         adopt: { type: 'array', items: sandboxState },
         forget: { type: 'array', items: string },
+        pool: {
+          type: 'object',
+          required: ['keep', 'revision'],
+          properties: { keep: { type: 'object', additionalProperties: count }, revision: string },
+        },
       },
     },
   },

@@ -4,29 +4,23 @@
  * how many to create. One fleet is one resource change however many
  * sandboxes it has. Linear in the fleet's sandboxes (a sort only when there
  * is surplus to choose from).
+ *
+ * `replicas` is the pool: fresh, unclaimed sandboxes. Claimed ones (held by
+ * rollouts) come on top and are never replaced or deleted under their
+ * holders unless `--replace-claimed` says so; see fleet-sandboxes.ts.
  */
-import { LABEL_SPEC, userLabels, type SandboxInfo, type SandboxSpec } from '../live.js';
-import type {
-  ActionReason,
-  FleetSandboxSummary,
-  FleetState,
-  ResourceChange,
-  SandboxOperation,
-  SandboxState,
-} from '../plan.js';
+import { DsecError } from '../errors.js';
+import { LABEL_SPEC, type PoolInfo, type SandboxInfo, type SandboxSpec } from '../live.js';
+import type { ActionReason, FleetSandboxSummary, FleetState, ResourceChange, SandboxOperation, SandboxState } from '../plan.js';
 import { fleetAddress } from './addresses.js';
 import { canonicalJson } from '../util/canonical-json.js';
-import {
-  displayFleet,
-  displayLiveFleet,
-  type FleetAttributes,
-  forcingPaths,
-  forcingPathsFromSandbox,
-  inPlaceChanges,
-  sameResources,
-} from './fleet-attributes.js';
+import { displayFleet, displayLiveFleet, type FleetAttributes, forcingPaths, forcingPathsFromSandbox, inPlaceChanges, sameResources } from './fleet-attributes.js';
+import { claimActive, isReadyMember, judge, needsUpdate, pickSurplus, sortFleetSandboxes, type JudgeContext, type Verdict } from './fleet-sandboxes.js';
+import { declaredPool, poolDrift } from './pool.js';
 import { densityOf, newSandboxId, sandboxSpecFor, ttlOf } from './spec.js';
 import { sandboxStateOf } from './state-records.js';
+
+export { claimActive } from './fleet-sandboxes.js';
 
 export interface FleetPlanInput {
   readonly name: string;
@@ -41,21 +35,16 @@ export interface FleetPlanInput {
   readonly replaceAll: boolean;
   /** `--replace fleet.<name>[id]`: these sandboxes. */
   readonly replaceIds: ReadonlySet<string> | undefined;
+  /** `--replace-claimed`: claimed sandboxes may be replaced and deleted (their holders lose them). */
+  readonly replaceClaimed: boolean;
+  /**
+   * The nodes' pool records of this fleet (this lineage), and the healthy
+   * nodes apply sets them on; undefined when the provider keeps no pools.
+   */
+  readonly pools: { readonly records: readonly PoolInfo[]; readonly nodes: readonly string[] } | undefined;
   /** Every id live or in the state, so a new id never collides; new ids are added. */
   readonly takenIds: () => Set<string>;
   readonly warn: (message: string) => void;
-}
-
-/** Why a sandbox must go or change, most telling first. */
-/** `claimed`: broken (stopped, failed, or on a lost node) but a job's claim on it is active: left for the job. */
-type Verdict = 'forced' | 'outdated' | 'broken' | 'claimed' | 'update' | 'keep';
-/** Which sandboxes to drop first when there are more than `replicas`. */
-const SURPLUS_RANK: Readonly<Record<Verdict, number>> = { broken: 0, outdated: 1, forced: 2, update: 3, keep: 4, claimed: 5 };
-
-/** A claim is active until it expires (one without expiresAt until released). */
-export function claimActive(sandbox: SandboxInfo, nowMs: number = Date.now()): boolean {
-  if (!sandbox.claim) return false;
-  return sandbox.claim.expiresAt === undefined || Date.parse(sandbox.claim.expiresAt) > nowMs;
 }
 
 const emptySummary = (desired: number, live: number): FleetSandboxSummary => ({
@@ -87,15 +76,33 @@ export function planFleet(input: FleetPlanInput): ResourceChange | undefined {
   return input.desired ? planDeclaredFleet(input, input.desired) : planFleetDelete(input);
 }
 
+function holdersOf(sandboxes: readonly SandboxInfo[]): string {
+  const holders = [...new Set(sandboxes.map((sandbox) => sandbox.claim!.holder))].sort();
+  return holders.length > 5 ? `${holders.slice(0, 5).join(', ')} and ${holders.length - 5} more` : holders.join(', ');
+}
+
 function planFleetDelete(input: FleetPlanInput): ResourceChange | undefined {
   const { name, record, owned } = input;
   if (!record && owned.length === 0) return undefined;
+  const claimed = owned.filter((sandbox) => claimActive(sandbox));
+  if (claimed.length > 0 && !input.replaceClaimed) {
+    throw new DsecError('DSEC_PLAN_CLAIMED', {
+      address: fleetAddress(name),
+      count: claimed.length,
+      holders: holdersOf(claimed),
+      action: input.mode === 'destroy' ? 'destroying the fleet' : 'deleting the fleet (it is no longer declared)',
+    });
+  }
   if (!record) {
     input.warn(
       `fleet.${name}: ${owned.length} live sandbox(es) carry this state's lineage but the fleet is in neither the state nor the configuration; they will be deleted`,
     );
   }
-  const ids = owned.map((sandbox) => sandbox.id).sort();
+  const sorted = [...owned].sort((a, b) => a.id.localeCompare(b.id));
+  const operations = sorted.map((sandbox): SandboxOperation =>
+    claimActive(sandbox) ? { op: 'delete', id: sandbox.id, claimed: true, because: `claimed by ${sandbox.claim!.holder}; taken by --replace-claimed` } : { op: 'delete', id: sandbox.id },
+  );
+  const { members, kept } = sortFleetSandboxes(owned);
   return {
     address: fleetAddress(name),
     type: 'fleet',
@@ -106,59 +113,40 @@ function planFleetDelete(input: FleetPlanInput): ResourceChange | undefined {
     after: null,
     replacePaths: [],
     fleet: {
-      summary: { ...emptySummary(0, owned.length), delete: owned.length },
+      summary: {
+        ...emptySummary(0, owned.length),
+        delete: owned.length,
+        ready: members.filter(isReadyMember).length,
+        claimed: owned.length - members.length - kept.length,
+        kept: kept.length,
+        replaceClaimed: claimed.length,
+      },
       maxUnavailable: record?.attributes.update.maxUnavailable ?? 1,
-      operations: ids.map((id): SandboxOperation => ({ op: 'delete', id })),
+      operations,
       adopt: [],
       forget: bookkeeping(record, owned).forget,
     },
   };
 }
 
-/**
- * `updateAll`: the fleet's lifetimes or in-place density switch changed
- * since the last apply, which a sandbox cannot always tell about itself.
- */
-function judge(input: FleetPlanInput, desired: FleetAttributes, sandbox: SandboxInfo, updateAll: boolean): Verdict {
-  if (input.replaceAll || input.replaceIds?.has(sandbox.id)) return 'forced';
-  if (sandbox.labels[LABEL_SPEC] !== desired.specHash) return 'outdated';
-  if (sandbox.status === 'failed' || sandbox.status === 'stopped') {
-    // A claimed sandbox holds state its job depends on: never replaced under the job (a new one would
-    // carry nothing of it); the job releases it, or its claim runs out, and then it is replaced.
-    return claimActive(sandbox) ? 'claimed' : 'broken';
-  }
-  if (updateAll || !sameResources(sandbox.resources, desired.resources)) return 'update';
-  // A sandbox that reports its lifetimes and reports others than declared drifted.
-  if (sandbox.ttl && canonicalJson(ttlOf(sandbox)) !== canonicalJson(ttlOf(desired))) return 'update';
-  // Labels are read back from the sandbox itself: a label set or removed on it (or never applied) is drift.
-  if (canonicalJson(userLabels(sandbox.labels)) !== canonicalJson(desired.labels ?? {})) return 'update';
-  return 'keep';
-}
-
-/** Newest first among equals: dropping the youngest keeps the warmest sandboxes. */
-function pickSurplus(owned: readonly SandboxInfo[], verdicts: Map<string, Verdict>, count: number): Set<string> {
-  if (count <= 0) return new Set();
-  const ranked = [...owned].sort(
-    (a, b) =>
-      SURPLUS_RANK[verdicts.get(a.id)!] - SURPLUS_RANK[verdicts.get(b.id)!] ||
-      b.createdAt.localeCompare(a.createdAt) ||
-      a.id.localeCompare(b.id),
-  );
-  return new Set(ranked.slice(0, count).map((sandbox) => sandbox.id));
-}
-
 function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): ResourceChange {
   const { name, record, owned } = input;
   const before = record ? displayFleet(record.attributes) : owned.length > 0 ? displayLiveFleet(owned) : null;
   const after = displayFleet(desired);
+  const { members, claimed, kept } = sortFleetSandboxes(owned);
 
   const inPlace = record ? inPlaceChanges(record.attributes, desired) : { ttl: false, density: false, labels: false };
+  const context: JudgeContext = {
+    desired,
+    forced: (sandbox) => input.replaceAll || input.replaceIds?.has(sandbox.id) === true,
+    updateAll: inPlace.ttl || inPlace.density || inPlace.labels,
+  };
   const verdicts = new Map<string, Verdict>();
-  for (const sandbox of owned) verdicts.set(sandbox.id, judge(input, desired, sandbox, inPlace.ttl || inPlace.density || inPlace.labels));
-  const surplus = pickSurplus(owned, verdicts, owned.length - desired.replicas);
+  for (const sandbox of members) verdicts.set(sandbox.id, judge(context, sandbox));
+  const surplus = pickSurplus(members, verdicts, members.length - desired.replicas);
 
   let replacePaths: string[][] = forcingPaths(before, after);
-  const outdatedSandbox = owned.find((sandbox) => !surplus.has(sandbox.id) && verdicts.get(sandbox.id) === 'outdated');
+  const outdatedSandbox = [...members, ...claimed].find((sandbox) => !surplus.has(sandbox.id) && sandbox.labels[LABEL_SPEC] !== desired.specHash);
   if (outdatedSandbox && replacePaths.length === 0) replacePaths = forcingPathsFromSandbox(outdatedSandbox, desired);
   const changed = replacePaths.map((path) => path.join('.')).join(', ');
 
@@ -172,21 +160,17 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
   const seen = { forced: false, outdated: false, broken: false, update: false };
   // One update for every sandbox: the whole SandboxUpdate, whatever part of it changed.
   const update = { resources: desired.resources, ttl: ttlOf(desired), density: densityOf(desired), labels: { ...(desired.labels ?? {}) } };
-  for (const sandbox of owned) {
+  /** Members the plan leaves in place, per node: what each node's pool keeps before apply makes more. */
+  const keep: Record<string, number> = {};
+  for (const sandbox of members) {
     if (surplus.has(sandbox.id)) {
       deletes.push({ op: 'delete', id: sandbox.id });
       continue;
     }
     const verdict = verdicts.get(sandbox.id)!;
+    if (verdict === 'keep' || verdict === 'update') keep[sandbox.node] = (keep[sandbox.node] ?? 0) + 1;
     if (verdict === 'keep') continue;
-    if (verdict === 'claimed') {
-      input.warn(
-        `fleet "${name}": sandbox ${sandbox.id} is ${sandbox.status}${sandbox.error ? ` (${sandbox.error})` : ''} but claimed by ` +
-          `${sandbox.claim!.holder}: left for its job; it is replaced once the claim is released or expires`,
-      );
-      continue;
-    }
-    seen[verdict] = true;
+    seen[verdict as keyof typeof seen] = true;
     if (verdict === 'update') {
       updates.push({ op: 'update', id: sandbox.id, ...update });
       continue;
@@ -197,10 +181,42 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
         : verdict === 'outdated'
           ? `${changed || 'spec'} changed`
           : `sandbox is ${sandbox.status}${sandbox.error ? `: ${sandbox.error}` : ''}`;
-    replaces.push({ op: 'replace', id: sandbox.id, spec: spec(), because });
+    replaces.push({ op: 'replace', id: sandbox.id, spec: spec(), because, node: sandbox.node });
   }
+
+  // Claimed sandboxes: left to their holders, but kept in step in place; outdated ones go when released.
+  let replaceWhenReleased = 0;
+  let replaceClaimed = 0;
+  for (const sandbox of claimed) {
+    const active = claimActive(sandbox);
+    const outdated = sandbox.labels[LABEL_SPEC] !== desired.specHash || context.forced(sandbox);
+    const broken = sandbox.status === 'failed' || sandbox.status === 'stopped';
+    if (!active && broken) {
+      // Its claim lapsed on a sandbox whose node cannot recycle it (a lost node): nothing holds it now.
+      deletes.push({ op: 'delete', id: sandbox.id });
+    } else if (input.replaceClaimed && (outdated || broken)) {
+      deletes.push({ op: 'delete', id: sandbox.id, claimed: true, because: `claimed by ${sandbox.claim!.holder}; ${outdated ? `${changed || 'spec'} changed` : `it is ${sandbox.status}`}, taken by --replace-claimed` });
+      replaceClaimed += 1;
+    } else if (broken) {
+      input.warn(
+        `fleet "${name}": sandbox ${sandbox.id} is ${sandbox.status}${sandbox.error ? ` (${sandbox.error})` : ''} but claimed by ` +
+          `${sandbox.claim!.holder}: left for its job; it is replaced once the claim is released or expires`,
+      );
+    } else if (outdated) {
+      replaceWhenReleased += 1;
+      if (context.forced(sandbox)) input.warn(`--replace fleet.${name}[${sandbox.id}]: it is claimed by ${sandbox.claim!.holder}; it is replaced when released, or now with --replace-claimed`);
+    } else if (needsUpdate(context, sandbox)) {
+      updates.push({ op: 'update', id: sandbox.id, ...update });
+      seen.update = true;
+    }
+  }
+  for (const sandbox of kept) {
+    if (sandbox.status === 'failed' || sandbox.status === 'stopped') deletes.push({ op: 'delete', id: sandbox.id });
+    else if (sandbox.labels[LABEL_SPEC] === desired.specHash && needsUpdate(context, sandbox)) updates.push({ op: 'update', id: sandbox.id, ...update });
+  }
+
   const creates: SandboxOperation[] = [];
-  for (let i = owned.length; i < desired.replicas; i += 1) creates.push({ op: 'create', spec: spec() });
+  for (let i = members.length; i < desired.replicas; i += 1) creates.push({ op: 'create', spec: spec() });
 
   // The order apply runs them in: free capacity, fill the pool, resize, then
   // roll replacements batch by batch (see apply.ts).
@@ -213,7 +229,15 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     replace: replaces.length,
     update: updates.length,
     unchanged: owned.length - deletes.length - replaces.length - updates.length,
+    ready: members.filter(isReadyMember).length,
+    claimed: claimed.length,
+    kept: kept.length,
+    replaceWhenReleased,
+    replaceClaimed,
   };
+
+  const pool = declaredPool(desired, input.lineage);
+  const drift = input.pools ? poolDrift(pool.revision, input.pools.records, input.pools.nodes) : undefined;
 
   const attributesChanged = !record || canonicalJson(before) !== canonicalJson(after);
   const isNew = !record && owned.length === 0;
@@ -221,7 +245,7 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     ? 'create'
     : replaces.length > 0
       ? 'replace'
-      : operations.length > 0 || attributesChanged
+      : operations.length > 0 || attributesChanged || drift !== undefined
         ? 'update'
         : 'no-op';
 
@@ -237,6 +261,7 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     else if (inPlace.density) reason = 'update_density';
     else if (inPlace.labels) reason = 'update_labels';
     else if (operations.length > 0) reason = 'drift';
+    else if (drift !== undefined) reason = 'update_pool';
   }
 
   const { adopt, forget } = bookkeeping(record, owned);
@@ -249,6 +274,13 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
     before,
     after,
     replacePaths: action === 'replace' && seen.outdated ? replacePaths : [],
-    fleet: { summary, maxUnavailable: desired.update.maxUnavailable, operations, adopt, forget },
+    fleet: {
+      summary,
+      maxUnavailable: desired.update.maxUnavailable,
+      operations,
+      adopt,
+      forget,
+      ...(input.pools ? { pool: { keep, revision: pool.revision } } : {}),
+    },
   };
 }

@@ -4,7 +4,7 @@
  * schemas/plan.schema.json. Also the change counts the summary line and
  * `--detailed-exitcode` use.
  */
-import { ACTION_JSON, type Plan } from '../plan.js';
+import { ACTION_JSON, type FleetSandboxSummary, type Plan } from '../plan.js';
 
 export interface ChangeCounts {
   readonly add: number;
@@ -52,7 +52,7 @@ export function planToJson(plan: Plan): Record<string, unknown> {
       ...(change.fleet
         ? {
             fleet_summary: {
-              ...change.fleet.summary,
+              ...summaryJson(change.fleet.summary),
               max_unavailable: change.fleet.maxUnavailable,
               adopted: change.fleet.adopt?.length ?? 0,
               forgotten: change.fleet.forget?.length ?? 0,
@@ -62,4 +62,14 @@ export function planToJson(plan: Plan): Record<string, unknown> {
     })),
     warnings: [...plan.warnings],
   };
+}
+
+/** The summary in the JSON plan's spelling (snake_case), counts of plans saved before pools left out. */
+function summaryJson(summary: FleetSandboxSummary): Record<string, number> {
+  const { replaceWhenReleased, replaceClaimed, ...rest } = summary;
+  const json: Record<string, number> = {};
+  for (const [key, value] of Object.entries(rest)) if (value !== undefined) json[key] = value;
+  if (replaceWhenReleased !== undefined) json.replace_when_released = replaceWhenReleased;
+  if (replaceClaimed !== undefined) json.replace_claimed = replaceClaimed;
+  return json;
 }

@@ -99,6 +99,13 @@ export function makePlan(input: PlanInput): Plan {
     return takenIds;
   };
 
+  // Apply sets a fleet's pool record on every healthy node; the planner checks they hold the current one.
+  const healthyNodes = live.nodes.filter((node) => node.health !== 'unhealthy').map((node) => node.name);
+  const poolsOf = (fleet: string) =>
+    live.pools === undefined
+      ? undefined
+      : { records: live.pools.filter((pool) => pool.fleet === fleet && pool.lineage === state.lineage), nodes: healthyNodes };
+
   // Fleets before layer deletes: a layer may only go once no sandbox that stays uses it.
   const fleetChanges: ResourceChange[] = [];
   const fleetNames = new Set([...Object.keys(desiredFleets), ...records.fleets.keys(), ...owned.keys()]);
@@ -113,6 +120,8 @@ export function makePlan(input: PlanInput): Plan {
       owned: owned.get(name) ?? [],
       replaceAll: replace.fleets.has(name),
       replaceIds: replace.sandboxes.get(name),
+      replaceClaimed: options.replaceClaimed === true,
+      pools: poolsOf(name),
       takenIds: allTakenIds,
       warn,
     });

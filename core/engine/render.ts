@@ -62,6 +62,7 @@ const UPDATE_NOTE: Readonly<Record<string, string>> = {
   update_ttl: ' (ttl changed: each live sandbox gets the new lifetimes, none is replaced)',
   update_density: ' (density.reclaimOnPause changed: each live sandbox gets it for its next pause, none is replaced)',
   update_labels: ' (labels changed: each live sandbox gets them in place, none is replaced)',
+  update_pool: " (the nodes' pool records of the fleet are set again; no sandbox is touched)",
 };
 
 /** Why the change happens, for the header line; the address is already there. */
@@ -137,6 +138,14 @@ function sandboxLine(c: Colors, change: ResourceChange): string[] {
     c.red(`-${summary.delete} destroy`),
   ];
   const lines = [`        sandboxes: ${parts.join(', ')}; ${summary.unchanged} unchanged`];
+  const claimed = summary.claimed ?? 0;
+  const kept = summary.kept ?? 0;
+  if (claimed + kept > 0) {
+    // The pool beside the claims: claimed sandboxes are never replaced under a rollout unless --replace-claimed.
+    const later = summary.replaceWhenReleased ? c.yellow(` ~${summary.replaceWhenReleased} replace when released`) : '';
+    const taken = summary.replaceClaimed ? c.red(`; ${summary.replaceClaimed} taken from their holders (--replace-claimed)`) : '';
+    lines.push(`        pool: ${summary.ready ?? 0} ready, ${claimed} claimed${later}${kept > 0 ? `, ${kept} kept` : ''}${taken}`);
+  }
   if (adopt && adopt.length > 0) {
     lines.push(
       c.dim(`        # ${adopt.length} live sandbox(es) an earlier apply created but did not record will be adopted`),

@@ -3,7 +3,7 @@
  * "update in place" and "replace", the sandbox spec handed to the provider,
  * and the ids sandboxes get at plan time.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import {
   DEFAULT_DENSITY,
   type DensitySettings,
@@ -133,40 +133,5 @@ export function sandboxSpecFor(
   };
 }
 
-const ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
-const ID_SUFFIX_LENGTH = 8;
-/** Sandbox ids are at most 63 characters: the fleet part is cut to leave room for `-` + suffix. */
-const MAX_FLEET_PART = 63 - 1 - ID_SUFFIX_LENGTH;
-
-/** Random bytes drawn 4 KiB at a time: planning 100,000 creates should not make 100,000 syscalls. */
-let pool = Buffer.alloc(0);
-let poolOffset = 0;
-function randomByte(): number {
-  if (poolOffset >= pool.length) {
-    pool = randomBytes(4096);
-    poolOffset = 0;
-  }
-  return pool[poolOffset++];
-}
-
-/**
- * `<fleet>-<8 random [a-z0-9]>`. Pass `taken` (ids live or already planned)
- * to rule out the one-in-10^12 collision, which matters at 100,000 sandboxes.
- */
-export function newSandboxId(fleet: string, taken?: Set<string>): string {
-  const prefix = fleet.slice(0, MAX_FLEET_PART).replace(/-+$/, '');
-  for (;;) {
-    let suffix = '';
-    while (suffix.length < ID_SUFFIX_LENGTH) {
-      const byte = randomByte();
-      // 252 = 7 * 36: bytes above it are dropped so every character is equally likely.
-      if (byte < 252) suffix += ID_ALPHABET[byte % 36];
-    }
-    const id = `${prefix}-${suffix}`;
-    if (!taken) return id;
-    if (!taken.has(id)) {
-      taken.add(id);
-      return id;
-    }
-  }
-}
+// Sandbox ids are made by the engine (at plan time) and by the agent (pool refills) alike.
+export { newSandboxId } from '../util/sandbox-id.js';

@@ -34,6 +34,8 @@ import {
   type LayerRecord,
   type NodeInfo,
   type NodeUsage,
+  type ReleaseRequest,
+  type ReleaseResult,
   type SandboxInfo,
   type SandboxUpdate,
 } from '../live.js';
@@ -41,6 +43,13 @@ import type { LayerModel, PluginRef, Resources } from '../model.js';
 import { createProjectProvider, isLocalProvider, loadProject, type ProjectProvider } from '../project.js';
 import type { Provider } from '../provider.js';
 import { createLocalProvider } from '../../providers/local/index.js';
+import {
+  acquireRequest,
+  sandboxQuery,
+  seconds,
+  type AcquireOptions,
+  type SandboxQuery,
+} from './rollouts.js';
 import {
   execRequest,
   sandboxSpec,
@@ -52,6 +61,7 @@ import {
   type WriteFileOptions,
 } from './requests.js';
 
+export { acquireRequest, type AcquireOptions, type SandboxQuery } from './rollouts.js';
 export {
   DEFAULT_SANDBOX_RESOURCES,
   execRequest,
@@ -110,8 +120,42 @@ export class DsecClient {
     return this.provider.nodes();
   }
 
-  async list(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
-    return this.provider.listSandboxes(labels);
+  /**
+   * The sandboxes: `list()`, `list({ labels: { job: 'r7' } })` (their own
+   * labels and their claims'), `list({ holder: 'trainer-3' })` (the ones a
+   * holder has: a preempted trainer finds its rollouts again). A plain labels
+   * object (`list({ team: 'rl' })`) is still taken as labels.
+   */
+  async list(query: SandboxQuery | Readonly<Record<string, string>> = {}): Promise<SandboxInfo[]> {
+    const { labels, holder } = sandboxQuery(query);
+    return this.provider.listSandboxes(labels, holder !== undefined ? { holder } : {});
+  }
+
+  /**
+   * Take a ready sandbox of a fleet's warm pool for `holder` (a rollout),
+   * atomically: never one another holder has; callers waiting are served
+   * first come, first served, for up to `waitMs`; the pool makes a fresh one
+   * in its place. `ttl` (seconds, or "30m"): the claim lapses unless renewed
+   * and the sandbox is recycled. DSEC_POOL_EXHAUSTED (with the pool's ready,
+   * claimed and creating counts) when none was free in time.
+   */
+  async acquire(fleet: string, options: AcquireOptions): Promise<SandboxInfo> {
+    return this.provider.acquireSandbox(fleet, acquireRequest(options));
+  }
+
+  /**
+   * Give a sandbox back. By default it is recycled (destroyed: nothing its
+   * holder wrote reaches the next one; its pool already made a fresh one);
+   * `{ keep: true }` keeps it, unclaimed, for inspection or a later turn
+   * (never handed out by acquire again). `holder`: only if that holder has it.
+   */
+  async release(id: string, options: ReleaseRequest = {}): Promise<ReleaseResult> {
+    return this.provider.releaseSandbox(id, options);
+  }
+
+  /** The holder extends its claim: `ttl` (seconds, or "30m") from now. */
+  async renew(id: string, options: { holder: string; ttl: number | string }): Promise<SandboxInfo> {
+    return this.provider.renewClaim(id, { holder: options.holder, ttlSeconds: seconds(options.ttl, 'ttl') });
   }
 
   /** One sandbox; DSEC_SANDBOX_NOT_FOUND when no node has it. */
@@ -212,10 +256,6 @@ export class DsecClient {
     return this.provider.claimSandbox(id, holder, options.ttlSeconds);
   }
 
-  /** End a sandbox's claim: its fleet's ttl applies again. A no-op when it has none. */
-  async release(id: string): Promise<SandboxInfo> {
-    return this.provider.releaseSandbox(id);
-  }
 
   /**
    * Each node's usage: sandboxes by backend and state, requested vs allocatable

@@ -7,7 +7,9 @@
  * where it went; then DSEC_PLACEMENT_FAILED lists every refusal.
  */
 import { neverDelivered } from '../../core/agent/client.js';
-import type { Placement } from '../../core/cluster/keys.js';
+import { placementOf, type Placement } from '../../core/cluster/keys.js';
+
+export { placementOf } from '../../core/cluster/keys.js';
 import { DsecError, isDsecError } from '../../core/errors.js';
 import type { Hooks } from '../../core/hooks.js';
 import { LABEL_FLEET, type NodeInfo, type SandboxInfo, type SandboxSpec } from '../../core/live.js';
@@ -29,17 +31,6 @@ interface Refusal {
   readonly reason: string;
 }
 
-export function placementOf(spec: SandboxSpec, node: string): Placement {
-  return {
-    sandbox: spec.id,
-    node,
-    ...(spec.labels[LABEL_FLEET] ? { fleet: spec.labels[LABEL_FLEET] } : {}),
-    at: new Date().toISOString(),
-    labels: spec.labels,
-    backend: spec.backend,
-    resources: spec.resources,
-  };
-}
 
 /** Why no node was chosen, for DSEC_PLACEMENT_FAILED. */
 function noCandidateReason(spec: SandboxSpec, nodes: readonly NodeInfo[], refusals: readonly Refusal[]): string {

@@ -17,26 +17,32 @@ import { connectEtcd } from '../../core/cluster/etcd.js';
 import { clusterKeys, DEFAULT_CLUSTER_PREFIX, type Placement } from '../../core/cluster/keys.js';
 import type { Dsec } from '../../core/dsec.js';
 import { DsecError, isDsecError } from '../../core/errors.js';
-import type {
-  BatchOutcome,
-  ExecRequest,
-  ExecResult,
-  FileContent,
-  FunctionResult,
-  FunctionTask,
-  LayerRecord,
-  LiveView,
-  NodeInfo,
-  NodeUsage,
-  SandboxInfo,
-  SandboxSpec,
-  SandboxTarget,
-  SandboxUpdate,
-  ReadFileRequest,
-  WriteFileRequest,
+import {
+  selectorLabels,
+  type AcquireRequest,
+  type BatchOutcome,
+  type ExecRequest,
+  type ExecResult,
+  type FileContent,
+  type FunctionResult,
+  type FunctionTask,
+  type LayerRecord,
+  type LiveView,
+  type NodeInfo,
+  type NodeUsage,
+  type SandboxInfo,
+  type SandboxSpec,
+  type SandboxTarget,
+  type SandboxUpdate,
+  type ReadFileRequest,
+  type WriteFileRequest,
+  type ReleaseRequest,
+  type ReleaseResult,
+  type RenewRequest,
 } from '../../core/live.js';
 import type { LayerModel } from '../../core/model.js';
-import type { Provider } from '../../core/provider.js';
+import type { FleetPoolRequest, Provider } from '../../core/provider.js';
+import { createClusterAcquirer } from './acquire.js';
 import { createInCluster } from './create.js';
 import { invokeInCluster } from './functions.js';
 import { commonLayers, sandboxesOf } from './view.js';
@@ -201,6 +207,8 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     return outcomes;
   };
 
+  const acquireInCluster = createClusterAcquirer({ healthyNodes, concurrency });
+
   // When each node was last sent an FnCall task, so tasks spread over the nodes with workers.
   const lastInvoked = new Map<string, number>();
 
@@ -218,8 +226,11 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
       const client = await etcd();
       const [probed, placements] = await Promise.all([remember(probeAll(true)), readPlacements(client, keys)]);
       const healthy = probed.filter((node) => node.client);
-      const layers = await mapLimit(healthy, concurrency, (node) => node.client!.listLayers());
-      return { nodes: probed.map((node) => node.info), layers: commonLayers(layers), sandboxes: sandboxesOf(probed, placements) };
+      const [layers, pools] = await Promise.all([
+        mapLimit(healthy, concurrency, (node) => node.client!.listLayers()),
+        mapLimit(healthy, concurrency, (node) => node.client!.listPools()),
+      ]);
+      return { nodes: probed.map((node) => node.info), layers: commonLayers(layers), sandboxes: sandboxesOf(probed, placements), pools: pools.flat() };
     },
     digestLayer: async (layer: LayerModel): Promise<string> => (await firstHealthy()).digestLayer(layer),
     // Every healthy node gets the layer, so any of them can run the sandboxes stacked on it.
@@ -256,24 +267,53 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
       await recordClaim(id, info.claim);
       return info;
     },
-    async releaseSandbox(id: string): Promise<SandboxInfo> {
-      let info: SandboxInfo | undefined;
+    async releaseSandbox(id: string, request: ReleaseRequest = {}): Promise<ReleaseResult> {
+      let result: ReleaseResult | undefined;
       try {
-        info = await (await nodeOf(id)).client.releaseSandbox(id);
+        result = await (await nodeOf(id)).client.release(id, request);
       } catch (error) {
         // Its node is gone: the claim lives on only in the placement; releasing it lets the plan replace the sandbox.
         if (!isDsecError(error, 'DSEC_AGENT_UNREACHABLE')) throw error;
       }
+      if (result?.recycled) {
+        // The node destroyed it (and dropped a placement its pool made); one the engine placed goes here.
+        await deletePlacement(await etcd(), keys, id);
+        return result;
+      }
       const placement = await recordClaim(id, undefined);
-      return info ?? (await lostInfo(id, placement));
+      return result ?? { id, recycled: false, sandbox: await lostInfo(id, placement) };
+    },
+    acquireSandbox: async (fleet: string, request: AcquireRequest): Promise<SandboxInfo> => {
+      const info = await acquireInCluster(fleet, request);
+      await recordClaim(info.id, info.claim);
+      return info;
+    },
+    async renewClaim(id: string, request: RenewRequest): Promise<SandboxInfo> {
+      const info = await (await nodeOf(id)).client.renew(id, request);
+      await recordClaim(id, info.claim);
+      return info;
+    },
+    // Every healthy node gets the record (a node without a share keeps none ready); maxClaimed is shared out like the sandboxes.
+    async setPool(pool: FleetPoolRequest): Promise<void> {
+      const { shares, maxClaimed, ...spec } = pool;
+      const healthy = await healthyNodes();
+      const total = Object.values(shares).reduce((sum, count) => sum + count, 0);
+      await mapLimit(healthy.infos, concurrency, async (node) => {
+        const ready = shares[node.name] ?? 0;
+        const bound = maxClaimed === undefined ? undefined : total > 0 ? Math.ceil((maxClaimed * ready) / total) : Math.ceil(maxClaimed / Math.max(1, healthy.infos.length));
+        await healthy.byName.get(node.name)!.client!.setPool({ ...spec, ready, ...(bound !== undefined ? { maxClaimed: bound } : {}) });
+      });
+    },
+    deletePool: async (fleet: string, lineage: string): Promise<void> => {
+      await onAllHealthy((client) => client.deletePool(fleet, lineage));
     },
     nodeUsage: async (): Promise<NodeUsage[]> => onAllHealthy(async (client, node) => ({ ...(await client.nodeUsage()), node: node.name })),
-    async destroySandbox(id: string): Promise<void> {
+    async destroySandbox(id: string, destroyOptions: { unlessClaimed?: boolean } = {}): Promise<void> {
       const client = await etcd();
       const placement = await readPlacement(client, keys, id);
       if (!placement) {
         // Never placed through this cluster's etcd (or already destroyed): make sure no node holds it.
-        await onAllHealthy((agent) => agent.destroySandbox(id));
+        await onAllHealthy((agent) => agent.destroySandbox(id, destroyOptions));
         return;
       }
       const registrations = await readRegistrations(client, keys);
@@ -283,7 +323,7 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
         return;
       }
       const { client: agent } = await nodeOf(id);
-      await agent.destroySandbox(id);
+      await agent.destroySandbox(id, destroyOptions);
       await deletePlacement(client, keys, id);
     },
     exec: async (id: string, request: ExecRequest): Promise<ExecResult> => (await nodeOf(id)).client.exec(id, request),
@@ -309,10 +349,14 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
       }
       return swept;
     },
-    async listSandboxes(labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> {
+    async listSandboxes(labels?: Readonly<Record<string, string>>, listOptions: { holder?: string } = {}): Promise<SandboxInfo[]> {
       const client = await etcd();
       const [probed, placements] = await Promise.all([probeAll(true), readPlacements(client, keys)]);
-      const matches = (sandbox: SandboxInfo) => Object.entries(labels ?? {}).every(([key, value]) => sandbox.labels[key] === value);
+      const matches = (sandbox: SandboxInfo) => {
+        if (listOptions.holder !== undefined && sandbox.claim?.holder !== listOptions.holder) return false;
+        const seen = selectorLabels(sandbox);
+        return Object.entries(labels ?? {}).every(([key, value]) => seen[key] === value);
+      };
       return sandboxesOf(probed, placements).filter(matches);
     },
     // Health is asked fresh, but a probe that finished within the last second is fresh.

@@ -10,6 +10,7 @@ import { startAgentDaemon, stopAgent } from '../../core/agent/daemon.js';
 import { agentPaths } from '../../core/agent/layout.js';
 import { agentPluginRefs, pluginsFingerprint } from '../../core/plugins.js';
 import type {
+  AcquireRequest,
   BatchOutcome,
   ExecRequest,
   ExecResult,
@@ -25,10 +26,13 @@ import type {
   SandboxTarget,
   SandboxUpdate,
   ReadFileRequest,
+  ReleaseRequest,
+  ReleaseResult,
+  RenewRequest,
   WriteFileRequest,
 } from '../../core/live.js';
 import type { LayerModel, PluginRef } from '../../core/model.js';
-import type { Provider } from '../../core/provider.js';
+import type { FleetPoolRequest, Provider } from '../../core/provider.js';
 
 export interface LocalProviderOptions {
   /** The project's state folder; the agent lives in `<stateDir>/agent`. */
@@ -117,8 +121,8 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
     ensureAgent,
     async refresh(): Promise<LiveView> {
       return call(async () => {
-        const [node, layers, sandboxes] = await Promise.all([client.node(), client.listLayers(), client.listSandboxes()]);
-        return { nodes: [node], layers, sandboxes };
+        const [node, layers, sandboxes, pools] = await Promise.all([client.node(), client.listLayers(), client.listSandboxes(), client.listPools()]);
+        return { nodes: [node], layers, sandboxes, pools };
       });
     },
     digestLayer: (layer: LayerModel): Promise<string> => call(() => client.digestLayer(layer)),
@@ -130,16 +134,26 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
     resumeSandboxes: (target: SandboxTarget): Promise<BatchOutcome[]> => call(() => client.resumeSandboxes(target)),
     // One node: its report alone.
     claimSandbox: (id: string, holder: string, ttlSeconds?: number): Promise<SandboxInfo> => call(() => client.claimSandbox(id, holder, ttlSeconds)),
-    releaseSandbox: (id: string): Promise<SandboxInfo> => call(() => client.releaseSandbox(id)),
+    acquireSandbox: (fleet: string, request: AcquireRequest): Promise<SandboxInfo> => call(() => client.acquire(fleet, request)),
+    releaseSandbox: (id: string, request: ReleaseRequest = {}): Promise<ReleaseResult> => call(() => client.release(id, request)),
+    renewClaim: (id: string, request: RenewRequest): Promise<SandboxInfo> => call(() => client.renew(id, request)),
+    // One node: it keeps the fleet's whole pool, whatever node names the shares carry.
+    async setPool(pool: FleetPoolRequest): Promise<void> {
+      const { shares, ...spec } = pool;
+      const ready = Object.values(shares).reduce((sum, count) => sum + count, 0);
+      await call(() => client.setPool({ ...spec, ready }));
+    },
+    deletePool: (fleet: string, lineage: string): Promise<void> => call(() => client.deletePool(fleet, lineage)),
     nodeUsage: async (): Promise<NodeUsage[]> => [await call(() => client.nodeUsage())],
-    destroySandbox: async (id: string): Promise<void> => {
-      await call(() => client.destroySandbox(id));
+    destroySandbox: async (id: string, options: { unlessClaimed?: boolean } = {}): Promise<void> => {
+      await call(() => client.destroySandbox(id, options));
     },
     exec: (id: string, request: ExecRequest): Promise<ExecResult> => call(() => client.exec(id, request)),
     readFile: (id: string, request: ReadFileRequest): Promise<FileContent> => call(() => client.readFile(id, request)),
     writeFile: (id: string, request: WriteFileRequest): Promise<void> => call(() => client.writeFile(id, request)),
     invokeFunction: (fleet: string, task: FunctionTask): Promise<FunctionResult> => call(() => client.invokeFunction(fleet, task)),
-    listSandboxes: (labels?: Readonly<Record<string, string>>): Promise<SandboxInfo[]> => call(() => client.listSandboxes(labels)),
+    listSandboxes: (labels?: Readonly<Record<string, string>>, options: { holder?: string } = {}): Promise<SandboxInfo[]> =>
+      call(() => client.listSandboxes(labels, options)),
     nodes: async (): Promise<NodeInfo[]> => [await call(() => client.node())],
     async close(): Promise<void> {
       client.close();

@@ -73,7 +73,7 @@ describe('density commands on a live project', () => {
     expect((await project.run(['sandbox', 'resume', first.id])).code).toBe(0);
   });
 
-  it('claims a sandbox for a holder, shows it in sandbox ls, and releases it', async () => {
+  it('claims a sandbox for a holder, shows it in sandbox ls, refills the pool beside it, and recycles it on release', async () => {
     const [first] = (await sandboxes()).filter((s) => fleetOf(s) === 'swe');
     const claimed = await project.run(['sandbox', 'claim', first.id, '--holder', 'rollout-17', '--ttl', '30m']);
     expect(claimed.code, claimed.stderr).toBe(0);
@@ -81,10 +81,27 @@ describe('density commands on a live project', () => {
     const listed = (await sandboxes()).find((s) => s.id === first.id)!;
     expect(listed.claim?.holder).toBe('rollout-17');
     expect((await project.run(['sandbox', 'ls'])).stdout).toContain('rollout-17 until');
+    const held = await project.json<Sandbox[]>(['sandbox', 'ls', '--holder', 'rollout-17']);
+    expect(held.map((s) => s.id)).toEqual([first.id]);
+    // replicas (2) counts the unclaimed pool: a fresh one is made beside the claimed one, with no apply.
+    await waitForSwe((swe) => swe.filter((s) => !s.claim && s.status === 'running').length === 2);
     const released = await project.run(['sandbox', 'release', first.id]);
-    expect(released.code).toBe(0);
-    expect(released.stdout).toBe(`Sandbox ${first.id} is not claimed (running).\n`);
+    expect(released.code, released.stderr).toBe(0);
+    expect(released.stdout).toBe(`Sandbox ${first.id} was recycled (destroyed; its pool made a fresh one in its place when it was acquired).\n`);
+    const swe = await waitForSwe((list) => list.length === 2);
+    expect(swe.map((s) => s.id)).not.toContain(first.id);
+    expect(swe.every((s) => s.status === 'running' && !s.claim)).toBe(true);
   });
+
+  /** Poll the swe fleet's sandboxes until `done`. */
+  async function waitForSwe(done: (swe: Sandbox[]) => boolean): Promise<Sandbox[]> {
+    for (let attempt = 0; ; attempt++) {
+      const swe = (await sandboxes()).filter((s) => fleetOf(s) === 'swe');
+      if (done(swe)) return swe;
+      if (attempt > 100) throw new Error(`the swe fleet never got there: ${JSON.stringify(swe.map((s) => [s.id, s.status, s.claim?.holder]))}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
 
   it('prints the node usage as JSON: counts by backend and state, requests and the fleets', async () => {
     const nodes = await project.json<

@@ -74,6 +74,7 @@ async function runApply(ctx: CliContext, flags: ApplyFlags, planFile: string | u
     } finally {
       progress.stop();
     }
+    for (const note of result.notes) process.stderr.write(`note: ${note}\n`);
     return report(plan, result, flags, destroy);
   } finally {
     await session.release();
@@ -89,6 +90,7 @@ function report(plan: Plan, result: ApplyResult, flags: ApplyFlags, destroy: boo
       succeeded: result.succeeded.map((change) => change.address),
       failed: result.failed.map(({ change, error }) => ({ address: change.address, error: error.message, codes: errorCodes(error) })),
       sandboxes: result.sandboxes,
+      notes: result.notes,
     });
     return result.failed.length > 0 ? 1 : 0;
   }
@@ -128,6 +130,7 @@ function applyOptions(command: Command): Command {
     .option('--parallelism <n>', 'how many sandbox operations run at once', parsePositiveInt, 10)
     .option('--target <address>', 'apply only this resource and what it depends on (repeatable)', collect)
     .option('--replace <address>', "force the replacement of this fleet's sandboxes (repeatable)", collect)
+    .option('--replace-claimed', 'also replace (and destroy) sandboxes rollouts hold now, where the plan replaces or deletes them; their holders lose them')
     .option('--refresh <bool>', 'read the live view first', parseBool, true)
     .option('--json', 'print the plan and the outcome as JSON');
 }

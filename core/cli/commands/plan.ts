@@ -19,6 +19,7 @@ export interface PlanFlags {
   detailedExitcode?: boolean;
   target?: string[];
   replace?: string[];
+  replaceClaimed?: boolean;
   destroy?: boolean;
   refresh?: boolean;
   json?: boolean;
@@ -44,6 +45,7 @@ export async function planFor(ctx: CliContext, flags: PlanFlags, destroy: boolea
       destroy,
       targets: flags.target,
       replace: flags.replace,
+      replaceClaimed: flags.replaceClaimed === true,
       refresh: flags.refresh ?? true,
     },
   });
@@ -57,6 +59,7 @@ export function registerPlan(program: Command): void {
     .option('--detailed-exitcode', 'exit 0 when there are no changes, 1 on error, 2 when there are changes')
     .option('--target <address>', 'plan only this resource and what it depends on (repeatable)', collect)
     .option('--replace <address>', 'force the replacement of this fleet\'s sandboxes (repeatable)', collect)
+    .option('--replace-claimed', 'also replace (and destroy) sandboxes rollouts hold now, where the plan replaces or deletes them; their holders lose them')
     .option('--destroy', 'plan to destroy everything this config manages')
     .option('--refresh <bool>', 'read the live view first (--refresh=false plans from the state alone)', parseBool, true)
     .option('--json', 'print the plan as JSON (schemas/plan.schema.json)')

@@ -1,12 +1,11 @@
 /**
- * `dsec sandbox pause|resume|claim|release`: freeze sandboxes (their memory
- * reclaimed) and thaw them, by id or by label, so a job whose trainer is
- * preempted pauses all its sandboxes in one call; and hold a sandbox for a
- * rollout so the fleet's lifetimes do not reap it.
+ * `dsec sandbox pause|resume`: freeze sandboxes (their memory reclaimed) and
+ * thaw them, by id or by label, so a job whose trainer is preempted pauses
+ * all its sandboxes in one call. Claims are sandbox-claims.ts's.
  */
 import type { Command } from 'commander';
 import { DsecError } from '../../errors.js';
-import type { SandboxInfo, SandboxTarget } from '../../live.js';
+import type { SandboxTarget } from '../../live.js';
 import { batchFailed, outcomeLines } from '../batch-outcomes.js';
 import { action, collect, parseDuration, parseKeyValues } from '../command.js';
 import { colors, printJson } from '../output.js';
@@ -20,12 +19,6 @@ export function batchTarget(ids: readonly string[], labelFlags: readonly string[
     });
   }
   return { ...(ids.length > 0 ? { ids: [...ids] } : {}), ...(labels ? { labels } : {}) };
-}
-
-function claimLine(info: SandboxInfo): string {
-  if (!info.claim) return `Sandbox ${info.id} is not claimed (${info.status}).`;
-  const until = info.claim.expiresAt ? ` until ${info.claim.expiresAt}` : ' until released';
-  return `Sandbox ${info.id} is claimed by ${info.claim.holder}${until} (${info.status}).`;
 }
 
 export function registerSandboxDensityCommands(sandbox: Command): void {
@@ -57,39 +50,4 @@ export function registerSandboxDensityCommands(sandbox: Command): void {
         }),
       );
   }
-
-  sandbox
-    .command('claim')
-    .argument('<id>', 'the sandbox id (see dsec sandbox ls)')
-    .description(
-      "Hold a sandbox for a job: while the claim lasts the fleet's ttl does not reap it. " +
-        'When --ttl runs out the claim ends and the sandbox is reaped (a fleet sandbox is re-created).',
-    )
-    .requiredOption('--holder <name>', 'who holds it (a job or rollout name), shown in dsec sandbox ls')
-    .option('--ttl <duration>', 'the claim\'s own lifetime: 90s, 30m, 2h, 1d or seconds (default: until released)', parseDuration)
-    .option('--json', 'print the sandbox as JSON')
-    .action(
-      action<{ holder: string; ttl?: number; json?: boolean }, [string]>(async (ctx, flags, id) => {
-        const client = await ctx.agent();
-        const info = await client.claimSandbox(id, flags.holder, flags.ttl);
-        if (flags.json) printJson(info);
-        else process.stdout.write(`${claimLine(info)}\n`);
-        return 0;
-      }),
-    );
-
-  sandbox
-    .command('release')
-    .argument('<id>', 'the sandbox id (see dsec sandbox ls)')
-    .description("End a sandbox's claim: the fleet's ttl applies to it again. A no-op when it has none.")
-    .option('--json', 'print the sandbox as JSON')
-    .action(
-      action<{ json?: boolean }, [string]>(async (ctx, flags, id) => {
-        const client = await ctx.agent();
-        const info = await client.releaseSandbox(id);
-        if (flags.json) printJson(info);
-        else process.stdout.write(`${claimLine(info)}\n`);
-        return 0;
-      }),
-    );
 }

@@ -6,25 +6,27 @@
 import type { Command } from 'commander';
 import { action, collect, parseKeyValues, parsePositiveInt } from '../command.js';
 import { colors, printJson, table } from '../output.js';
+import { registerSandboxClaimCommands } from './sandbox-claims.js';
 import { registerSandboxDensityCommands } from './sandbox-density.js';
 import { registerSandboxFileCommands } from './sandbox-files.js';
 import { LABEL_FLEET, type SandboxInfo } from '../../live.js';
 import type { LayerKind } from '../../model.js';
 
 export function registerSandboxCommands(program: Command): void {
-  const sandbox = program.command('sandbox').description('List sandboxes, run commands in them, pause, resume and claim them.');
+  const sandbox = program.command('sandbox').description('List sandboxes, run commands in them, acquire and release them, pause and resume them.');
 
   sandbox
     .command('ls')
     .description('List the sandboxes on this project\'s node agent: status (running, paused...) and who claimed each.')
     .option('--fleet <name>', 'only this fleet\'s sandboxes')
-    .option('-l, --label <key=value>', 'only sandboxes with this label (repeatable)', (v: string, p: string[] = []) => [...p, v])
+    .option('-l, --label <key=value>', 'only sandboxes with this label, their own or their claim\'s (repeatable)', (v: string, p: string[] = []) => [...p, v])
+    .option('--holder <name>', 'only the sandboxes this holder has (a preempted trainer finds its rollouts again)')
     .option('--json', 'print a JSON array of sandboxes')
     .action(
-      action<{ fleet?: string; label?: string[]; json?: boolean; color: boolean }, []>(async (ctx, flags) => {
+      action<{ fleet?: string; label?: string[]; holder?: string; json?: boolean; color: boolean }, []>(async (ctx, flags) => {
         const provider = await ctx.connect();
         const labels = { ...parseKeyValues(flags.label, '--label'), ...(flags.fleet ? { [LABEL_FLEET]: flags.fleet } : {}) };
-        const sandboxes = await provider.listSandboxes(Object.keys(labels).length ? labels : undefined);
+        const sandboxes = await provider.listSandboxes(Object.keys(labels).length ? labels : undefined, flags.holder !== undefined ? { holder: flags.holder } : {});
         sandboxes.sort((a, b) => a.id.localeCompare(b.id));
         if (flags.json) {
           printJson(sandboxes);
@@ -42,7 +44,7 @@ export function registerSandboxCommands(program: Command): void {
             s.id,
             s.labels[LABEL_FLEET] ?? '-',
             s.status,
-            s.claim ? `${s.claim.holder}${s.claim.expiresAt ? ` until ${s.claim.expiresAt}` : ''}` : '-',
+            s.claim ? `${s.claim.holder}${s.claim.expiresAt ? ` until ${s.claim.expiresAt}` : ''}` : s.kept ? `(kept: ${s.kept.holder})` : '-',
             s.backend,
             String(s.resources.cpu),
             `${s.resources.memoryMiB}Mi`,
@@ -124,6 +126,7 @@ export function registerSandboxCommands(program: Command): void {
     );
 
   registerSandboxDensityCommands(sandbox);
+  registerSandboxClaimCommands(sandbox);
   registerSandboxFileCommands(sandbox);
 }
 

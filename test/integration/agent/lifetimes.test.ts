@@ -100,7 +100,7 @@ describe('updates', () => {
     await expect(agent.client.updateSandbox('lt-update', { ttl: { idle: 5 } as never })).rejects.toMatchObject({ message: expect.stringMatching(/ttl: unknown field\(s\) idle/) });
     await expect(agent.client.request('PATCH', '/v1/sandboxes/lt-update', { replicas: 3 })).rejects.toMatchObject({
       code: 'DSEC_AGENT_REQUEST',
-      message: expect.stringMatching(/unknown field\(s\) replicas: an update takes resources, ttl and density/),
+      message: expect.stringMatching(/unknown field\(s\) replicas: an update takes resources, ttl, density and labels/),
     });
     await agent.client.destroySandbox('lt-update');
   });

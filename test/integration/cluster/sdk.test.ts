@@ -100,7 +100,12 @@ describe('the SDK on a cluster project', () => {
 
     expect((await dsec!.claim(box.id, 'job-7')).claim).toMatchObject({ holder: 'job-7' });
     await expect(dsec!.claim(box.id, 'job-8')).rejects.toMatchObject({ code: 'DSEC_SANDBOX_CLAIMED' });
-    expect((await dsec!.release(box.id)).claim).toBeUndefined();
+    // Not a pool's sandbox: nothing to recycle it into, so the release only ends the claim.
+    const released = await dsec!.release(box.id);
+    expect(released).toMatchObject({ id: box.id, recycled: false });
+    expect(released.sandbox).toBeDefined();
+    expect(released.sandbox!.claim).toBeUndefined();
+    expect((await dsec!.get(box.id)).claim).toBeUndefined();
 
     const updated = await dsec!.update(box.id, { resources: { ...RESOURCES, cpu: 0.2 } });
     expect(updated.resources.cpu).toBe(0.2);

@@ -12,13 +12,14 @@ import {
   type LiveView,
   type NodeInfo,
   type NodeUsage,
+  type PoolInfo,
   type SandboxInfo,
   type SandboxSpec,
   type SandboxTarget,
   type SandboxUpdate,
 } from '../../../core/live.js';
 import type { LayerModel } from '../../../core/model.js';
-import type { Provider } from '../../../core/provider.js';
+import type { FleetPoolRequest, Provider } from '../../../core/provider.js';
 
 export class FakeProvider implements Provider {
   readonly name = 'fake';
@@ -60,7 +61,12 @@ export class FakeProvider implements Provider {
   }
 
   async refresh(): Promise<LiveView> {
-    return { nodes: await this.nodes(), layers: [...this.layers.values()], sandboxes: [...this.sandboxes.values()] };
+    return {
+      nodes: await this.nodes(),
+      layers: [...this.layers.values()],
+      sandboxes: [...this.sandboxes.values()],
+      ...(this.keepsPools ? { pools: [...this.pools.values()] } : {}),
+    };
   }
 
   async digestLayer(layer: LayerModel): Promise<string> {
@@ -188,12 +194,47 @@ export class FakeProvider implements Provider {
     throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'release' });
   }
 
+  async acquireSandbox(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'acquire' });
+  }
+
+  async renewClaim(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'renew' });
+  }
+
+  /**
+   * Pool records as a node keeps them, once `keepsPools` is on (refresh then
+   * reports them, so the planner checks them); every setPool call, in order.
+   */
+  keepsPools = false;
+  readonly pools = new Map<string, PoolInfo>();
+  readonly poolCalls: FleetPoolRequest[] = [];
+
+  async setPool(pool: FleetPoolRequest): Promise<void> {
+    this.poolCalls.push(pool);
+    const { shares, ...spec } = pool;
+    const ready = Object.values(shares).reduce((sum, count) => sum + count, 0);
+    this.pools.set(`${pool.lineage}/${pool.fleet}`, {
+      ...spec,
+      ready,
+      node: 'node-1',
+      digest: 'fake',
+      counts: { ready, creating: 0, claimed: 0, kept: 0, waiting: 0 },
+    });
+  }
+
+  async deletePool(fleet: string, lineage: string): Promise<void> {
+    this.pools.delete(`${lineage}/${fleet}`);
+  }
+
   async nodeUsage(): Promise<NodeUsage[]> {
     return [];
   }
 
-  destroySandbox(id: string): Promise<void> {
+  destroySandbox(id: string, options: { unlessClaimed?: boolean } = {}): Promise<void> {
     return this.track('destroySandbox', id, () => {
+      const claim = this.sandboxes.get(id)?.claim;
+      if (options.unlessClaimed && claim) throw new DsecError('DSEC_SANDBOX_CLAIMED', { id, holder: claim.holder });
       this.sandboxes.delete(id);
     });
   }

@@ -270,7 +270,7 @@ describe('makePlan', () => {
     ).toEqual([ids[1], ids[4]].sort());
   });
 
-  it('leaves a stopped sandbox to the job that claims it (with a warning), and replaces it once the claim has expired', async () => {
+  it('leaves a stopped sandbox to the job that claims it (with a warning) and fills the pool beside it, and deletes it once the claim has expired', async () => {
     const { provider, state } = await converge(project({ replicas: 2 }));
     const [lost] = [...provider.sandboxes.keys()].sort();
     const claimed = (expiresAt?: string) => ({
@@ -281,13 +281,17 @@ describe('makePlan', () => {
     });
     provider.sandboxes.set(lost, claimed(new Date(Date.now() + 3_600_000).toISOString()));
     const kept = await planWith(project({ replicas: 2 }), provider, state);
-    expect(change(kept.resource_changes, 'fleet.web').action).toBe('no-op');
+    const held = change(kept.resource_changes, 'fleet.web');
+    // replicas counts the pool (unclaimed): the claimed one comes on top, so one more is made beside it.
+    expect(held.fleet!.operations.map((operation) => operation.op)).toEqual(['create']);
+    expect(held.fleet!.summary).toMatchObject({ claimed: 1, ready: 1, create: 1 });
     expect(kept.warnings.join('\n')).toContain(`sandbox ${lost} is stopped (node a is gone (its lease lapsed)) but claimed by job-7: left for its job`);
 
     provider.sandboxes.set(lost, claimed('2026-01-01T01:00:00.000Z'));
-    const replaced = await planWith(project({ replicas: 2 }), provider, state);
-    const web = change(replaced.resource_changes, 'fleet.web');
-    expect(ops(web, 'replace').map((operation) => (operation as { id: string }).id)).toEqual([lost]);
+    const lapsed = await planWith(project({ replicas: 2 }), provider, state);
+    const web = change(lapsed.resource_changes, 'fleet.web');
+    expect(ops(web, 'delete').map((operation) => (operation as { id: string }).id)).toEqual([lost]);
+    expect(ops(web, 'create')).toHaveLength(1);
   });
 
   it('deletes the sandboxes of a fleet removed from the config, and warns about a lineage-labelled fleet in neither state nor config', async () => {
