@@ -210,6 +210,9 @@ function planDeclaredFleet(input: FleetPlanInput, desired: FleetAttributes): Res
       seen.update = true;
     }
   }
+  if (replaceWhenReleased > 0) {
+    input.warn(`fleet.${name}: ${replaceWhenReleased} claimed sandbox(es) run an earlier spec (${changed || 'spec'} changed); each is replaced when its holder releases it, or now with --replace-claimed`);
+  }
   for (const sandbox of kept) {
     if (sandbox.status === 'failed' || sandbox.status === 'stopped') deletes.push({ op: 'delete', id: sandbox.id });
     else if (sandbox.labels[LABEL_SPEC] === desired.specHash && needsUpdate(context, sandbox)) updates.push({ op: 'update', id: sandbox.id, ...update });
