@@ -172,6 +172,8 @@ export class TestAgent {
     };
     await attempt('destroy sandboxes', async () => {
       if (!(await agentStatus(this.root)).running) return;
+      // Pools first: a pool makes a new sandbox for each one destroyed.
+      for (const pool of await this.client.listPools()) await this.client.deletePool(pool.fleet, pool.lineage);
       for (const sandbox of await this.client.listSandboxes()) await this.client.destroySandbox(sandbox.id);
     });
     this.client.close();

@@ -90,6 +90,8 @@ export class ClusterNode {
       if ((await agentStatus(this.root)).running) {
         const client = new AgentClient(agentPaths(this.root).socket, { timeoutMs: 20_000 });
         try {
+          // Pools first: a pool makes a new sandbox for each one destroyed.
+          for (const pool of await client.listPools()) await client.deletePool(pool.fleet, pool.lineage);
           for (const sandbox of await client.listSandboxes()) await client.destroySandbox(sandbox.id);
         } finally {
           client.close();

@@ -37,6 +37,8 @@ beforeAll(async () => {
 afterAll(async () => {
   try {
     if (provider) {
+      // Pools first: a pool makes a new sandbox for each one destroyed.
+      for (const pool of (await provider.refresh().catch(() => undefined))?.pools ?? []) await provider.deletePool!(pool.fleet, pool.lineage).catch(() => undefined);
       for (const sandbox of await provider.listSandboxes().catch(() => [])) await provider.destroySandbox(sandbox.id).catch(() => undefined);
       await provider.close();
     }
