@@ -41,8 +41,11 @@ export { checkImageRequired } from './config/backend-rules.js';
 export { readFileInRoot, writeFileInRoot, type SandboxRoot, type WriteInRootOptions } from './native-files.js';
 /**
  * The guest agent: GuestAgentClient talks to dsec-guest (native/dsec-guest.c)
- * or a plain qemu-ga over a unix socket (exec, files, reset); the binary a
- * backend puts into its guests is at guestAgentBinaryPath().
+ * or a plain qemu-ga over a unix socket (exec, files, reset); GuestSession is
+ * dsec-guest's async mode (protocol 2: concurrent calls, background
+ * processes, terminals, sessions) over openFifoTransport or
+ * openSocketTransport; the binary a backend puts into its guests is at
+ * guestAgentBinaryPath().
  */
 export * from './guest/index.js';
 /** The layer store machinery both storage plugins are built from. */

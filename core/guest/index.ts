@@ -10,3 +10,22 @@ export {
   type GuestExecRequest,
   type GuestExecResult,
 } from './types.js';
+/** dsec-guest's async mode (protocol 2): many calls at once on one connection, background processes, terminals, sessions (see mux.ts). */
+export { GuestSession, type GuestSessionOptions } from './mux.js';
+export { openFifoTransport, openSocketTransport, type GuestTransport } from './mux-transport.js';
+export {
+  GUEST_FILE_CHUNK,
+  MAX_GUEST_INPUT_CHUNK,
+  MAX_GUEST_READ_BYTES,
+  type GuestExitEvent,
+  type GuestOutputListener,
+  type GuestOutputStream,
+  type GuestProcessRequest,
+  type GuestProcessResult,
+  type GuestProcessSnapshot,
+  type GuestProcessSummary,
+  type GuestSessionRequest,
+  type GuestSessionRunResult,
+  type GuestSessionSummary,
+  type GuestUserFields,
+} from './mux-types.js';

@@ -8,7 +8,7 @@ export interface GuestConnectOptions {
 }
 
 export interface GuestAgentInfo {
-  /** The agent's own version string (`dsec-guest 1.0.0`, or qemu-ga's `7.2.22`). */
+  /** The agent's own version string (`dsec-guest 2.0.0`, or qemu-ga's `7.2.22`). */
   readonly version: string;
   /** The commands it has enabled. */
   readonly commands: readonly string[];

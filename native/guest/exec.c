@@ -18,7 +18,7 @@
 
 /* The arguments both exec commands share, into a spawn request. The lists and
    the decoded input are malloc'd; spawn_free releases them. */
-static int spawn_arguments(const struct json *args, struct spawn_request *request, char *error, size_t size) {
+int spawn_arguments(const struct json *args, struct spawn_request *request, char *error, size_t size) {
   memset(request, 0, sizeof *request);
   request->path = json_get_string(args, "path");
   if (request->path == NULL || request->path[0] == 0) { snprintf(error, size, "'path' must be a non-empty string"); return -1; }
@@ -44,7 +44,7 @@ static int spawn_arguments(const struct json *args, struct spawn_request *reques
   return 0;
 }
 
-static void spawn_free(struct spawn_request *request) {
+void spawn_free(struct spawn_request *request) {
   free((void *)request->args);
   free((void *)request->env);
   free((void *)request->input);
@@ -58,7 +58,8 @@ int cmd_guest_exec(const struct json *args, struct buffer *out, char *error, siz
   request.max_output = GUEST_EXEC_OUTPUT;
   request.async = 1;
   int exec_errno;
-  struct child *child = process_spawn(&request, &exec_errno, error, size);
+  pid_t failed;
+  struct child *child = process_spawn(&request, &exec_errno, &failed, error, size);
   spawn_free(&request);
   if (child == NULL) return -1;
   buffer_printf(out, "{\"pid\":%d}", (int)child->pid);
@@ -107,11 +108,25 @@ static void write_not_executed(struct buffer *out, int exec_errno, const char *m
   buffer_free(&err);
 }
 
+int limit_arguments(const struct json *args, int64_t *timeout, int64_t *max_output, char *error, size_t size) {
+  *timeout = 0;
+  *max_output = DEFAULT_OUTPUT;
+  if (json_get(args, "timeout-ms") != NULL && !json_get_int(args, "timeout-ms", 0, 0x7FFFFFFF, timeout)) {
+    snprintf(error, size, "'timeout-ms' must be an integer from 0 (none) to 2147483647");
+    return -1;
+  }
+  if (json_get(args, "max-output") != NULL && !json_get_int(args, "max-output", 0, MAX_OUTPUT_LIMIT, max_output)) {
+    snprintf(error, size, "'max-output' must be an integer from 0 to %u", MAX_OUTPUT_LIMIT);
+    return -1;
+  }
+  return 0;
+}
+
 int dsec_exec_start(const struct json *args, struct child **started, struct buffer *out, char *error, size_t size) {
   struct spawn_request request;
   struct child *child = NULL;
   int result = -1;
-  int64_t timeout = 0, max_output = DEFAULT_OUTPUT;
+  int64_t timeout, max_output;
   if (spawn_arguments(args, &request, error, size) != 0) goto done;
   request.cwd = json_get_string(args, "cwd");
   request.user = json_get_string(args, "user");
@@ -119,19 +134,13 @@ int dsec_exec_start(const struct json *args, struct child **started, struct buff
     snprintf(error, size, "'cwd' and 'user' must be strings");
     goto done;
   }
-  if (json_get(args, "timeout-ms") != NULL && !json_get_int(args, "timeout-ms", 0, 0x7FFFFFFF, &timeout)) {
-    snprintf(error, size, "'timeout-ms' must be an integer from 0 (none) to 2147483647");
-    goto done;
-  }
-  if (json_get(args, "max-output") != NULL && !json_get_int(args, "max-output", 0, MAX_OUTPUT_LIMIT, &max_output)) {
-    snprintf(error, size, "'max-output' must be an integer from 0 to %u", MAX_OUTPUT_LIMIT);
-    goto done;
-  }
+  if (limit_arguments(args, &timeout, &max_output, error, size) != 0) goto done;
   request.capture = 1;
   request.timeout_ms = timeout;
   request.max_output = (size_t)max_output;
   int exec_errno;
-  child = process_spawn(&request, &exec_errno, error, size);
+  pid_t failed;
+  child = process_spawn(&request, &exec_errno, &failed, error, size);
   if (child != NULL || exec_errno != 0) result = 0;
   if (child == NULL && exec_errno != 0) write_not_executed(out, exec_errno, error);
 done:

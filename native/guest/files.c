@@ -70,10 +70,14 @@ int cmd_file_open(const struct json *args, struct buffer *out, char *error, size
     if (handles[i].id == 0) slot = &handles[i];
   if (slot == NULL) { snprintf(error, size, "too many open files (%d)", MAX_HANDLES); return -1; }
   /* Non-blocking open: a FIFO without a writer (or a device waiting for a carrier)
-     must not hang the agent; reads and writes then block as usual. */
+     must not hang the agent. A regular file then reads and writes as usual;
+     anything else stays non-blocking, so a FIFO whose writer never writes (or
+     whose reader never reads), planted by sandbox code, is an error answer
+     (EAGAIN) rather than an agent stuck in read(). */
   int fd = open(path, flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
   if (fd < 0) return fail(error, size, "failed to open file '%s': %s", path);
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   slot->fd = fd;
   slot->id = next_handle++;
   buffer_printf(out, "%lld", (long long)slot->id);

@@ -1,10 +1,9 @@
-/* Child processes of the guest agent; see process.h. */
+/* The agent's child table, reaping, and the sync-mode pipes; see process.h (spawning is in spawn.c). */
 #define _GNU_SOURCE
 #include "process.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +12,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "users.h"
 
-static struct child children[MAX_CHILDREN];
+/* Every tracked child, in a growable array of stable pointers (async.c and session.c keep them). */
+static struct child **table;
+static int table_count, table_capacity;
 static int sigchld_pipe[2] = {-1, -1};
-
-#define BASE_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#define MAX_ENV 256
 
 int64_t now_ms(void) {
   struct timespec t;
@@ -37,6 +34,10 @@ static void on_sigchld(int signal_number) {
 
 int process_init(void) {
   if (pipe2(sigchld_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+  /* SIGCHLD is the only signal with a handler: as PID 1 of a pid namespace the
+     agent then gets no other signal from the processes inside (the kernel drops
+     signals to a namespace's init that it does not handle: kill -9 1, kill -TERM 1
+     and kill -1 do nothing to it). */
   struct sigaction action;
   memset(&action, 0, sizeof action);
   action.sa_handler = on_sigchld;
@@ -48,9 +49,42 @@ int process_init(void) {
   return sigchld_pipe[0];
 }
 
+struct child *process_track(int managed, char *error, size_t size) {
+  if (!managed) {
+    /* The sync-mode limit: when full, the oldest finished guest-exec nobody asked about goes. */
+    struct child *oldest = NULL;
+    int count = 0;
+    for (int i = 0; i < table_count; i++) {
+      struct child *c = table[i];
+      if (c->managed) continue;
+      count++;
+      if (c->async && process_done(c) && (oldest == NULL || c->started_ms < oldest->started_ms)) oldest = c;
+    }
+    if (count >= MAX_CHILDREN && oldest == NULL) {
+      snprintf(error, size, "too many processes are being tracked (%d)", MAX_CHILDREN);
+      return NULL;
+    }
+    if (count >= MAX_CHILDREN) process_release(oldest);
+  }
+  if (table_count == table_capacity) {
+    int capacity = table_capacity ? table_capacity * 2 : 64;
+    struct child **grown = realloc(table, (size_t)capacity * sizeof *grown);
+    if (grown == NULL) { snprintf(error, size, "out of memory"); return NULL; }
+    table = grown;
+    table_capacity = capacity;
+  }
+  struct child *child = calloc(1, sizeof *child);
+  if (child == NULL) { snprintf(error, size, "out of memory"); return NULL; }
+  child->in_fd = child->out_fd = child->err_fd = -1;
+  child->in_index = child->out_index = child->err_index = -1;
+  child->managed = managed;
+  table[table_count++] = child;
+  return child;
+}
+
 struct child *process_find(pid_t pid) {
-  for (int i = 0; i < MAX_CHILDREN; i++)
-    if (children[i].used && children[i].pid == pid) return &children[i];
+  for (int i = 0; i < table_count; i++)
+    if (!table[i]->managed && table[i]->pid == pid) return table[i];
   return NULL;
 }
 
@@ -63,14 +97,25 @@ int process_reap(void) {
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;
     reaped++;
-    struct child *child = process_find(pid);
-    if (child != NULL && !child->exited) {
+    /* The running record with this pid: a finished one kept for its status may
+       carry the same (reused) number. */
+    for (int i = 0; i < table_count; i++) {
+      struct child *child = table[i];
+      if (child->pid != pid || child->exited) continue;
       child->exited = 1;
       child->status = status;
       child->duration_ms = now_ms() - child->started_ms;
+      break;
     }
   }
   return reaped;
+}
+
+int process_live_managed(void) {
+  int live = 0;
+  for (int i = 0; i < table_count; i++)
+    if (table[i]->managed && !table[i]->exited) live++;
+  return live;
 }
 
 static void close_fd(int *fd) {
@@ -79,166 +124,26 @@ static void close_fd(int *fd) {
 }
 
 void process_release(struct child *child) {
+  if (child == NULL) return;
   close_fd(&child->in_fd);
   close_fd(&child->out_fd);
   close_fd(&child->err_fd);
   free(child->input);
   buffer_free(&child->out);
   buffer_free(&child->err);
-  memset(child, 0, sizeof *child);
+  for (int i = 0; i < table_count; i++)
+    if (table[i] == child) { table[i] = table[--table_count]; break; }
+  free(child);
 }
 
 int process_done(const struct child *child) {
   return child->exited && child->out_fd < 0 && child->err_fd < 0;
 }
 
-/* A free slot; when none, the oldest finished guest-exec nobody asked about is dropped. */
-static struct child *free_slot(void) {
-  struct child *oldest = NULL;
-  for (int i = 0; i < MAX_CHILDREN; i++) {
-    if (!children[i].used) return &children[i];
-    if (children[i].async && process_done(&children[i]) && (oldest == NULL || children[i].started_ms < oldest->started_ms))
-      oldest = &children[i];
-  }
-  if (oldest != NULL) process_release(oldest);
-  return oldest;
-}
-
-/* The environment: a fixed base (PATH, HOME, USER) with the request's entries over it. */
-static int build_env(const struct spawn_request *request, const struct user *user, char **env, char *storage, size_t size) {
-  int n = 0;
-  snprintf(storage, size, "HOME=%s", user != NULL ? user->home : "/root");
-  env[n++] = BASE_PATH;
-  env[n++] = storage;
-  for (const char *const *entry = request->env; entry != NULL && *entry != NULL; entry++) {
-    const char *equals = strchr(*entry, '=');
-    if (equals == NULL || equals == *entry || n >= MAX_ENV - 1) return -1;
-    size_t key = (size_t)(equals - *entry) + 1;
-    int replaced = 0;
-    for (int i = 0; i < n && !replaced; i++)
-      if (strncmp(env[i], *entry, key) == 0) { env[i] = (char *)*entry; replaced = 1; }
-    if (!replaced) env[n++] = (char *)*entry;
-  }
-  env[n] = NULL;
-  return 0;
-}
-
-/* Why a child could not exec, sent to the parent on a close-on-exec pipe. */
-struct spawn_report {
-  int exec_errno; /* execvp's errno; 0 when an earlier step failed */
-  char message[500];
-};
-
-/* In the child: report why it could not exec, then exit. */
-static void child_fail(int report_fd, const char *stage, const char *what) {
-  struct spawn_report report;
-  memset(&report, 0, sizeof report);
-  int code = errno;
-  report.exec_errno = strcmp(stage, "failed to execute") == 0 ? code : 0;
-  snprintf(report.message, sizeof report.message, "%s %s: %s", stage, what, strerror(code));
-  ssize_t ignored = write(report_fd, &report, sizeof report);
-  (void)ignored;
-  _exit(127);
-}
-
-static void run_child(const struct spawn_request *request, const struct user *user, char **env, int in_fd, int out_fd, int err_fd,
-                      int report_fd) {
-  setpgid(0, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  signal(SIGPIPE, SIG_DFL);
-  signal(SIGCHLD, SIG_DFL);
-  int null_fd = open("/dev/null", O_RDWR);
-  if (in_fd < 0) in_fd = null_fd;
-  if (out_fd < 0) out_fd = null_fd;
-  if (err_fd < 0) err_fd = null_fd;
-  if (in_fd < 0 || out_fd < 0 || err_fd < 0) child_fail(report_fd, "failed to open", "/dev/null");
-  if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) child_fail(report_fd, "failed to set up", "stdio");
-  if (user != NULL) {
-    if (setgroups((size_t)user->group_count, user->groups) != 0) child_fail(report_fd, "failed to set the groups of", "the user");
-    if (setgid(user->gid) != 0) child_fail(report_fd, "failed to switch to", "the group");
-    if (setuid(user->uid) != 0) child_fail(report_fd, "failed to switch to", "the user");
-  }
-  const char *cwd = request->cwd != NULL ? request->cwd : "/";
-  if (chdir(cwd) != 0) child_fail(report_fd, "failed to change directory to", cwd);
-  int argc = 1;
-  for (const char *const *a = request->args; a != NULL && *a != NULL; a++) argc++;
-  char **argv = calloc((size_t)argc + 1, sizeof *argv);
-  if (argv == NULL) child_fail(report_fd, "failed to start", request->path);
-  argv[0] = (char *)request->path;
-  for (int i = 1; i < argc; i++) argv[i] = (char *)request->args[i - 1];
-  environ = env; /* execvp searches the PATH of the new environment */
-  execvp(request->path, argv);
-  child_fail(report_fd, "failed to execute", request->path);
-}
-
-struct child *process_spawn(const struct spawn_request *request, int *exec_errno, char *error, size_t error_size) {
-  struct user user;
-  *exec_errno = 0;
-  if (request->user != NULL && user_resolve(request->user, &user, error, error_size) != 0) return NULL;
-  char *env[MAX_ENV];
-  char home[512];
-  if (build_env(request, request->user != NULL ? &user : NULL, env, home, sizeof home) != 0) {
-    snprintf(error, error_size, "env must be at most %d entries of the form KEY=VALUE", MAX_ENV - 3);
-    return NULL;
-  }
-  struct child *child = free_slot();
-  if (child == NULL) {
-    snprintf(error, error_size, "too many processes are being tracked (%d)", MAX_CHILDREN);
-    return NULL;
-  }
-  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, report_pipe[2] = {-1, -1};
-  int ok = pipe2(report_pipe, O_CLOEXEC) == 0;
-  if (ok && request->input_length > 0) ok = pipe2(in, O_CLOEXEC) == 0;
-  if (ok && request->capture) ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0;
-  pid_t pid = ok ? fork() : -1;
-  if (pid == 0) run_child(request, request->user != NULL ? &user : NULL, env, in[0], out[1], err[1], report_pipe[1]);
-  int saved = errno;
-  close_fd(&in[0]);
-  close_fd(&out[1]);
-  close_fd(&err[1]);
-  close_fd(&report_pipe[1]);
-  if (pid < 0) {
-    snprintf(error, error_size, "failed to start %s: %s", request->path, strerror(saved));
-    close_fd(&in[1]); close_fd(&out[0]); close_fd(&err[0]); close_fd(&report_pipe[0]);
-    return NULL;
-  }
-  setpgid(pid, pid); /* also in the child: whichever runs first, the group exists before a timeout can kill it */
-  memset(child, 0, sizeof *child);
-  child->used = 1;
-  child->pid = pid;
-  child->in_fd = in[1];
-  child->out_fd = out[0];
-  child->err_fd = err[0];
-  child->max_output = request->max_output;
-  child->started_ms = now_ms();
-  child->deadline_ms = request->timeout_ms > 0 ? child->started_ms + request->timeout_ms : 0;
-  child->async = request->async;
-  /* Exec succeeded when the report pipe closes empty. */
-  struct spawn_report report;
-  ssize_t n;
-  do n = read(report_pipe[0], &report, sizeof report); while (n < 0 && errno == EINTR);
-  close_fd(&report_pipe[0]);
-  if (n > 0) {
-    report.message[sizeof report.message - 1] = 0;
-    if (n != (ssize_t)sizeof report) snprintf(report.message, sizeof report.message, "failed to start %s", request->path);
-    else *exec_errno = report.exec_errno;
-    snprintf(error, error_size, "%s", report.message);
-    waitpid(pid, NULL, 0); /* it exits at once; the reaper may have it already */
-    process_release(child);
-    return NULL;
-  }
-  if (child->in_fd >= 0) {
-    child->input = malloc(request->input_length);
-    if (child->input == NULL) close_fd(&child->in_fd);
-    else memcpy(child->input, request->input, request->input_length);
-    child->input_length = request->input_length;
-    fcntl(child->in_fd, F_SETFL, O_NONBLOCK);
-  }
-  if (child->out_fd >= 0) fcntl(child->out_fd, F_SETFL, O_NONBLOCK);
-  if (child->err_fd >= 0) fcntl(child->err_fd, F_SETFL, O_NONBLOCK);
-  return child;
+void process_kill_group(pid_t pid, int signal_number) {
+  if (pid <= 0) return;
+  kill(-pid, signal_number);
+  kill(pid, signal_number); /* in case it left its group */
 }
 
 /* Read what is there; output past the limit is read and dropped, so the child never blocks on it. */
@@ -267,59 +172,50 @@ static void write_input(struct child *child) {
   close_fd(&child->in_fd);
 }
 
-void process_add_pollfds(struct pollfd *fds, int *count, int max) {
-  for (int i = 0; i < MAX_CHILDREN; i++) {
-    struct child *c = &children[i];
-    if (!c->used) continue;
-    if (c->in_fd >= 0 && *count < max) fds[(*count)++] = (struct pollfd){c->in_fd, POLLOUT, 0};
-    if (c->out_fd >= 0 && *count < max) fds[(*count)++] = (struct pollfd){c->out_fd, POLLIN, 0};
-    if (c->err_fd >= 0 && *count < max) fds[(*count)++] = (struct pollfd){c->err_fd, POLLIN, 0};
+void process_add_pollfds(struct pollset *set) {
+  for (int i = 0; i < table_count; i++) {
+    struct child *c = table[i];
+    c->in_index = c->out_index = c->err_index = -1;
+    if (c->managed) continue;
+    c->in_index = pollset_add(set, c->in_fd, POLLOUT);
+    c->out_index = pollset_add(set, c->out_fd, POLLIN);
+    c->err_index = pollset_add(set, c->err_fd, POLLIN);
   }
 }
 
-static short revents_of(const struct pollfd *fds, int count, int fd) {
-  for (int i = 0; i < count; i++)
-    if (fds[i].fd == fd) return fds[i].revents;
-  return 0;
-}
-
-void process_service(const struct pollfd *fds, int count) {
+void process_service(const struct pollset *set) {
   int64_t now = now_ms();
-  for (int i = 0; i < MAX_CHILDREN; i++) {
-    struct child *c = &children[i];
-    if (!c->used) continue;
-    if (c->in_fd >= 0 && (c->exited || revents_of(fds, count, c->in_fd))) {
+  for (int i = 0; i < table_count; i++) {
+    struct child *c = table[i];
+    if (c->managed) continue;
+    if (c->in_fd >= 0 && (c->exited || pollset_revents(set, c->in_index))) {
       if (c->exited) close_fd(&c->in_fd);
       else write_input(c);
     }
     /* After exit everything the child wrote is in the pipe: drain it and stop (a
        background grandchild keeping the pipe open must not hold the answer back). */
-    if (c->out_fd >= 0 && (c->exited || revents_of(fds, count, c->out_fd))) read_output(c, &c->out_fd, &c->out, &c->out_truncated);
-    if (c->err_fd >= 0 && (c->exited || revents_of(fds, count, c->err_fd))) read_output(c, &c->err_fd, &c->err, &c->err_truncated);
+    if (c->out_fd >= 0 && (c->exited || pollset_revents(set, c->out_index))) read_output(c, &c->out_fd, &c->out, &c->out_truncated);
+    if (c->err_fd >= 0 && (c->exited || pollset_revents(set, c->err_index))) read_output(c, &c->err_fd, &c->err, &c->err_truncated);
     if (c->exited) { close_fd(&c->out_fd); close_fd(&c->err_fd); }
     if (!c->exited && c->deadline_ms > 0 && now >= c->deadline_ms && !c->timed_out) {
       c->timed_out = 1;
-      kill(-c->pid, SIGKILL);
-      kill(c->pid, SIGKILL); /* in case it left its group */
+      process_kill_group(c->pid, SIGKILL);
     }
   }
 }
 
-int process_poll_timeout(int fallback) {
+void process_poll_timeout(int *timeout_ms) {
   int64_t now = now_ms();
-  int64_t best = fallback;
-  for (int i = 0; i < MAX_CHILDREN; i++) {
-    const struct child *c = &children[i];
-    if (c->used && !c->exited && !c->timed_out && c->deadline_ms > 0) {
-      int64_t left = c->deadline_ms - now;
-      if (left < 0) left = 0;
-      if (best < 0 || left < best) best = left;
-    }
+  for (int i = 0; i < table_count; i++) {
+    const struct child *c = table[i];
+    if (!c->managed && !c->exited && !c->timed_out && c->deadline_ms > 0) timeout_lower(timeout_ms, c->deadline_ms > now ? c->deadline_ms - now : 0);
   }
-  return (int)best;
 }
 
 void process_close_pipes(void) {
-  for (int i = 0; i < MAX_CHILDREN; i++)
-    if (children[i].used) { close_fd(&children[i].in_fd); close_fd(&children[i].out_fd); close_fd(&children[i].err_fd); }
+  for (int i = 0; i < table_count; i++) {
+    close_fd(&table[i]->in_fd);
+    close_fd(&table[i]->out_fd);
+    close_fd(&table[i]->err_fd);
+  }
 }

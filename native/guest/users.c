@@ -3,9 +3,26 @@
 #include "users.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Open a user database read-only, refusing anything but a regular file: sandbox
+   code may plant a FIFO at /etc/passwd, and opening or reading one would hang
+   the agent. */
+static FILE *open_database(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0) return NULL;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return NULL; }
+  FILE *file = fdopen(fd, "r");
+  if (file == NULL) close(fd);
+  return file;
+}
 
 /* Split a colon-separated line into at most `max` fields (in place). */
 static int split_fields(char *line, char **fields, int max) {
@@ -28,7 +45,7 @@ static int parse_id(const char *text, unsigned long *out) {
 
 /* Find the passwd entry with this name (or, when name is NULL, this uid). */
 static int find_passwd(const char *name, uid_t uid, struct user *out) {
-  FILE *file = fopen("/etc/passwd", "re");
+  FILE *file = open_database("/etc/passwd");
   if (file == NULL) return 0;
   char *line = NULL;
   size_t capacity = 0;
@@ -56,7 +73,7 @@ static void add_supplementary_groups(struct user *user) {
   user->groups[0] = user->gid;
   user->group_count = 1;
   if (user->name[0] == 0) return;
-  FILE *file = fopen("/etc/group", "re");
+  FILE *file = open_database("/etc/group");
   if (file == NULL) return;
   char *line = NULL;
   size_t capacity = 0;
@@ -110,5 +127,52 @@ int user_resolve(const char *spec, struct user *out, char *error, size_t error_s
   }
   if (colon == NULL) add_supplementary_groups(out);
   else { out->groups[0] = out->gid; out->group_count = 1; } /* UID:GID means exactly that group */
+  return 0;
+}
+
+int user_arguments(const struct json *args, const char **spec, struct user *ids, int *has_ids, char *error, size_t size) {
+  *spec = NULL;
+  *has_ids = 0;
+  const struct json *user = json_get(args, "user");
+  int numeric = json_get(args, "uid") != NULL || json_get(args, "gid") != NULL || json_get(args, "groups") != NULL || json_get(args, "home") != NULL;
+  if (user != NULL && numeric) { snprintf(error, size, "give either 'user' or 'uid'/'gid'/'groups'/'home', not both"); return -1; }
+  if (user != NULL) {
+    *spec = json_get_string(args, "user");
+    if (*spec == NULL) { snprintf(error, size, "'user' must be a string"); return -1; }
+    return 0;
+  }
+  if (!numeric) return 0;
+  int64_t uid, gid;
+  memset(ids, 0, sizeof *ids);
+  if (!json_get_int(args, "uid", 0, 0x7FFFFFFE, &uid) || !json_get_int(args, "gid", 0, 0x7FFFFFFE, &gid)) {
+    snprintf(error, size, "'uid' and 'gid' must both be given, as integers from 0 to 2147483646");
+    return -1;
+  }
+  ids->uid = (uid_t)uid;
+  ids->gid = (gid_t)gid;
+  const struct json *groups = json_get(args, "groups");
+  if (groups != NULL && groups->type != JSON_NULL) {
+    if (groups->type != JSON_ARRAY || groups->count > MAX_GROUPS) { snprintf(error, size, "'groups' must be an array of at most %d group ids", MAX_GROUPS); return -1; }
+    for (size_t i = 0; i < groups->count; i++) {
+      const struct json *g = groups->items[i];
+      if (g->type != JSON_NUMBER || !(g->number >= 0 && g->number <= 0x7FFFFFFE) || g->number != floor(g->number)) {
+        snprintf(error, size, "'groups' must be an array of at most %d group ids", MAX_GROUPS);
+        return -1;
+      }
+      ids->groups[ids->group_count++] = (gid_t)g->number;
+    }
+  } else {
+    ids->groups[0] = ids->gid;
+    ids->group_count = 1;
+  }
+  const struct json *home = json_get(args, "home");
+  if (home != NULL) {
+    const char *text = json_get_string(args, "home");
+    if (text == NULL || text[0] != '/' || strlen(text) >= sizeof ids->home) { snprintf(error, size, "'home' must be an absolute path shorter than %zu bytes", sizeof ids->home); return -1; }
+    snprintf(ids->home, sizeof ids->home, "%s", text);
+  } else {
+    snprintf(ids->home, sizeof ids->home, "%s", uid == 0 ? "/root" : "/");
+  }
+  *has_ids = 1;
   return 0;
 }

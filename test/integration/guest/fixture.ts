@@ -1,11 +1,13 @@
 /**
  * Guest agents run on the host for the tests: the compiled dsec-guest
- * listening on a socket in a temp dir (optionally as PID 1 of its own pid
- * namespace, as in a VM or a FnCall worker), and Debian's qemu-ga in
- * unix-listen mode. Each is stopped and its dir removed by stop().
+ * listening on a socket in a temp dir, or on a FIFO pair (--fds, as in a
+ * container sandbox), optionally as PID 1 of its own pid namespace (as in a
+ * VM, a FnCall worker or a container), and Debian's qemu-ga in unix-listen
+ * mode. Each is stopped, with everything it started, and its dir removed by
+ * stop().
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, constants, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -130,4 +132,106 @@ export function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+export interface FifoAgent {
+  /** The FIFO the agent reads requests from (its fd 3) and the one it writes to (fd 4). */
+  readonly inPath: string;
+  readonly outPath: string;
+  /** A scratch dir of the test's own (the FIFOs are in it). */
+  readonly dir: string;
+  readonly process: ChildProcess;
+  /** The agent's pid on the host (in a pid namespace: the namespace's PID 1). */
+  readonly agentPid: number;
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+/**
+ * dsec-guest --fds 3,4 on a FIFO pair, opened read-write for it as a
+ * container's launcher does (`3<>in 4<>out`), so it never reads end-of-file
+ * when a host goes away. With pidNamespace it is PID 1 of its own pid and
+ * IPC namespaces. stop() kills it and, on the host, every process it started.
+ */
+export async function startDsecGuestFifos(options: DsecGuestOptions = {}): Promise<FifoAgent> {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-guest-fifo-'));
+  const inPath = join(dir, 'in');
+  const outPath = join(dir, 'out');
+  execFileSync('mkfifo', ['-m', '0600', inPath, outPath]);
+  const agent = [...(options.capabilities ? withOnlyCapabilities(options.capabilities) : []), guestAgentUnderTest(), '--fds', '3,4'];
+  const namespaces = [
+    ...(options.pidNamespace ? ['--pid', '--fork', '--kill-child', '--mount-proc'] : []),
+    ...(options.pidNamespace || options.ipcNamespace ? ['--ipc'] : []),
+  ];
+  const command = namespaces.length > 0 ? ['unshare', ...namespaces, ...agent] : agent;
+  const fds = [openSync(inPath, constants.O_RDWR), openSync(outPath, constants.O_RDWR)];
+  let child: ChildProcess;
+  try {
+    child = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'ignore', 'pipe', fds[0]!, fds[1]!] });
+  } finally {
+    for (const fd of fds) closeSync(fd); // the agent holds them now, as after the launcher's exec
+  }
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const stop = async () => {
+    try {
+      // On the host its processes would outlive it (in a pid namespace they die with its PID 1).
+      if (!options.pidNamespace && child.pid !== undefined) for (const pid of descendants(child.pid)) kill(pid);
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL');
+        await exited;
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    if (/Sanitizer|runtime error/.test(stderr)) throw new Error(`the agent reported errors:\n${stderr.slice(0, 4000)}`);
+  };
+  // Wait until the agent itself runs (unshare and setpriv exec or fork it), so its pid is known.
+  const deadline = Date.now() + 10_000;
+  let agentPid: number | undefined;
+  while ((agentPid = [child.pid!, ...descendants(child.pid!)].find((pid) => commandLine(pid).includes('--fds'))) === undefined) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      await stop();
+      throw new Error(`${command.join(' ')} did not start: ${stderr}`);
+    }
+    await sleep(10);
+  }
+  return { inPath, outPath, dir, process: child, agentPid, stderr: () => stderr, stop };
+}
+
+function commandLine(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+function kill(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // gone already
+  }
+}
+
+/** Every live descendant of a host process (through /proc parent links), deepest last. */
+export function descendants(root: number): number[] {
+  const parents = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      parents.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const found: number[] = [];
+  const walk = (pid: number) => {
+    for (const [child, parent] of parents) if (parent === pid) { found.push(child); walk(child); }
+  };
+  walk(root);
+  return found;
 }
