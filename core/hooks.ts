@@ -23,8 +23,9 @@ import {
 } from 'tapable';
 import type { Diagnostic } from './errors.js';
 import type {
+  ExecIO,
+  ExecOutput,
   ExecRequest,
-  ExecResult,
   FileContent,
   FunctionResult,
   FunctionTask,
@@ -32,7 +33,9 @@ import type {
   LayerRef,
   NodeInfo,
   NodeUsage,
+  ProcessCall,
   SandboxSpec,
+  SessionCall,
   SandboxStatus,
   SquashRecord,
   StorageStats,
@@ -311,8 +314,32 @@ export function createHooks() {
     provision: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext], true | undefined>(['sandbox'])),
     /** The sandbox is running. Taps may tune it (memory sharing, CPU QoS) but must not fail it. */
     started: new AsyncParallelHook<[SandboxContext]>(['sandbox']),
-    /** Run a command in a running sandbox, keyed by backend kind. */
-    exec: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, ExecRequest], ExecResult | undefined>(['sandbox', 'request'])),
+    /**
+     * Run a command in a running sandbox to its end, keyed by backend kind
+     * (the agent resumes a paused one first). `io` says how the caller is
+     * attached: output it streams as it comes (not repeated in the answer),
+     * the handle and pid once it started (so input and resize can reach it
+     * through `process`), an abort when the caller went away (the tap kills
+     * the command). A request a backend cannot honour (a tty, an open stdin)
+     * is DSEC_BACKEND_UNSUPPORTED; a throw is the call's failure.
+     */
+    exec: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, ExecRequest, ExecIO], ExecOutput | undefined>(['sandbox', 'request', 'io'])),
+    /**
+     * A command that outlives its call, or is driven by handle: start a
+     * background one; write its stdin, signal it, resize its terminal, wait
+     * for it, read its output so far, list, forget. Keyed by backend kind;
+     * the answer of each op is ProcessAnswers[op]. No tap: the backend has
+     * no background commands (DSEC_BACKEND_UNSUPPORTED). An unknown handle
+     * is DSEC_GUEST_UNKNOWN_HANDLE.
+     */
+    process: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, ProcessCall], unknown>(['sandbox', 'call'])),
+    /**
+     * Persistent shells in a sandbox: open one, run a command in it (its
+     * cwd, environment and variables carry to the next), interrupt the
+     * command in flight, close it, list them. Keyed by backend kind; the
+     * answer of each op is SessionAnswers[op]. No tap: DSEC_BACKEND_UNSUPPORTED.
+     */
+    session: new HookMap((_backend: string) => new AsyncSeriesBailHook<[SandboxContext, SessionCall], unknown>(['sandbox', 'call'])),
     /**
      * Read one file inside a running sandbox, keyed by backend kind (the
      * agent resumes a paused one first). Paths resolve inside the sandbox's

@@ -10,10 +10,12 @@
  * has (never a separate list that could drift) and reports them per node; a
  * call a backend lacks is DSEC_BACKEND_UNSUPPORTED naming the backend.
  */
-export type BackendOperation = 'exec' | 'readFile' | 'writeFile' | 'update' | 'pause' | 'resume' | 'snapshot' | 'usage' | 'invoke';
+export type BackendOperation = 'exec' | 'process' | 'session' | 'readFile' | 'writeFile' | 'update' | 'pause' | 'resume' | 'snapshot' | 'usage' | 'invoke';
 
 export const BACKEND_OPERATIONS: readonly BackendOperation[] = Object.freeze([
   'exec',
+  'process',
+  'session',
   'readFile',
   'writeFile',
   'update',

@@ -4,10 +4,12 @@
  */
 import type { BackendOperation } from './live-calls.js';
 import type { KeptMark, PoolInfo } from './live-pools.js';
+import type { OutputEncoding } from './live-process.js';
 import type { LayerKind, Resources } from './model.js';
 
 export * from './live-calls.js';
 export * from './live-pools.js';
+export * from './live-process.js';
 
 /** Labels dsec sets on every sandbox it creates for a config (ownership). */
 export const LABEL_LINEAGE = 'dsec.io/lineage';
@@ -370,17 +372,33 @@ export interface ExecRequest {
   readonly cmd: readonly string[];
   readonly env?: Readonly<Record<string, string>>;
   readonly workdir?: string;
+  /** Standard input, as text. */
   readonly stdin?: string;
-  /** At most MAX_EXEC_TIMEOUT_MS. @default 60000 */
+  /** Standard input as bytes (base64), instead of `stdin`. */
+  readonly stdinBase64?: string;
+  /** Keep stdin open after `stdin`: the caller writes to it with the process input call, by the handle the stream's start gives. */
+  readonly openStdin?: boolean;
+  /** Run on a pseudo-terminal of this size: stdout and stderr are then one stream (stdout), as in a terminal. */
+  readonly tty?: { readonly rows: number; readonly cols: number };
+  /**
+   * Start it and answer at once with its handle: it runs on past the call
+   * (and its caller), its output kept up to `maxOutputBytes` per stream,
+   * until it exits or is killed; it dies with its sandbox.
+   */
+  readonly background?: boolean;
+  /** At most MAX_EXEC_TIMEOUT_MS. @default 60000 for a command in the foreground, none in the background */
   readonly timeoutMs?: number;
-  /** Per stream, at most MAX_EXEC_OUTPUT_BYTES; output past it is dropped and `truncated` set. @default 1 MiB */
+  /** Per stream (streamed bytes count), at most MAX_EXEC_OUTPUT_BYTES; output past it is dropped and `truncated` set. @default 1 MiB */
   readonly maxOutputBytes?: number;
+  /** How stdout and stderr come back. @default 'utf8' */
+  readonly encoding?: OutputEncoding;
 }
 
 export interface ExecResult {
   readonly exitCode: number | null;
   /** Set when the process was killed by a signal (including on timeout). */
   readonly signal: string | null;
+  /** In the request's encoding (utf8 text, or base64 bytes). */
   readonly stdout: string;
   readonly stderr: string;
   /** True when either stream went over `maxOutputBytes` and was cut. */

@@ -25,6 +25,7 @@ import type {
   RenewRequest,
   WriteFileRequest,
 } from './live.js';
+import type { AgentClient } from './agent/client.js';
 import type { LayerModel } from './model.js';
 
 export interface Provider {
@@ -100,6 +101,12 @@ export interface Provider {
    * came back with it). Resolves to one line per thing removed. Optional.
    */
   sweepStrays?(): Promise<string[]>;
+  /**
+   * The node agent that holds a sandbox, for the calls into it the Provider
+   * has no word for: streamed execs, background commands, sessions (see
+   * core/agent/client-processes.ts). DSEC_SANDBOX_NOT_FOUND when no node has it.
+   */
+  sandboxAgent(id: string): Promise<AgentClient>;
   /** Release connections; never stops the agents (sandboxes outlive the CLI). */
   close(): Promise<void>;
 }

@@ -18,8 +18,6 @@ import {
   selectorLabels,
   type BatchOutcome,
   type ExecResult,
-  type FileContent,
-  type FunctionResult,
   type NodeInfo,
   type NodeUsage,
   type SandboxInfo,
@@ -31,6 +29,7 @@ import { backendHook } from './backend-hooks.js';
 import { NodeDescriber } from './node-info.js';
 import { trackBailer } from './bail-tracker.js';
 import { SandboxCalls } from './calls.js';
+import { ProcessCalls } from './processes.js';
 import { isBuildSandbox } from './build.js';
 import { forEachLimited } from './concurrency.js';
 import { removeTree } from './files.js';
@@ -66,7 +65,10 @@ export class NodeAgent {
   readonly layers: LayerService;
   private readonly refusedBy: WeakMap<object, string>;
   private readonly pauses: PauseControl;
-  private readonly calls: SandboxCalls;
+  /** Calls into a sandbox: exec, files, FnCall tasks (calls.ts); the API calls it directly. */
+  readonly calls: SandboxCalls;
+  /** Background commands and sessions (processes.ts); the API calls it directly. */
+  readonly processes: ProcessCalls;
   private readonly settings: SandboxSettings;
   private readonly usage: UsageReporter;
   private readonly reaper: Reaper | undefined;
@@ -121,6 +123,7 @@ export class NodeAgent {
       probe: (entry) => this.probe(entry),
       checkHolder: (entry, holder) => this.claims.checkHolder(entry, holder),
     });
+    this.processes = new ProcessCalls(this.dsec, this.calls);
     this.settings = new SandboxSettings(this.dsec, this.store);
     this.describer = new NodeDescriber({ dsec: this.dsec, node: this.node, sandboxCount: () => this.store.size, cluster: options.cluster });
     this.usage = new UsageReporter({ dsec: this.dsec, node: this.node, store: this.store, nodeInfo: () => this.nodeInfo() });
@@ -320,19 +323,6 @@ export class NodeAgent {
   /** Run a command in a sandbox; a paused one is resumed first (see calls.ts, as for the file calls). */
   exec(idInput: unknown, requestInput: unknown): Promise<ExecResult> {
     return this.calls.exec(idInput, requestInput);
-  }
-
-  readFile(idInput: unknown, requestInput: unknown): Promise<FileContent> {
-    return this.calls.readFile(idInput, requestInput);
-  }
-
-  writeFile(idInput: unknown, requestInput: unknown): Promise<{ path: string; size: number }> {
-    return this.calls.writeFile(idInput, requestInput);
-  }
-
-  /** Run a stateless task on the fleet's FnCall pool on this node. */
-  invokeFunction(fleet: unknown, task: unknown): Promise<FunctionResult> {
-    return this.calls.invoke(fleet, task);
   }
 
   /** Change a live sandbox's resources (the backend applies them), TTLs or density settings; see SandboxUpdate. */

@@ -10,7 +10,18 @@
 import type { Dsec } from '../dsec.js';
 import { asBackendFailure, DsecError } from '../errors.js';
 import type { NodeContext, SandboxContext } from '../hooks.js';
-import { LABEL_FLEET, LABEL_LINEAGE, type ExecResult, type FileContent, type FunctionResult, type ReadFileRequest, type WriteFileRequest } from '../live.js';
+import {
+  LABEL_FLEET,
+  LABEL_LINEAGE,
+  type ExecIO,
+  type ExecOutput,
+  type ExecResult,
+  type FileContent,
+  type FunctionResult,
+  type OutputEncoding,
+  type ReadFileRequest,
+  type WriteFileRequest,
+} from '../live.js';
 import { backendHook, backendSupports, type BackendHookKind } from './backend-hooks.js';
 import type { PauseControl } from './pause.js';
 import type { SandboxEntry, SandboxStore } from './store.js';
@@ -29,7 +40,7 @@ export interface CallHost {
   checkHolder(entry: SandboxEntry, holder: string | undefined): void;
 }
 
-type SandboxOperation = Extract<BackendHookKind, 'exec' | 'readFile' | 'writeFile'>;
+type SandboxOperation = Extract<BackendHookKind, 'exec' | 'process' | 'session' | 'readFile' | 'writeFile'>;
 
 /** How often a pool worker's activity clock is written to disk at most. */
 const ACTIVITY_PERSIST_MS = 5_000;
@@ -40,13 +51,19 @@ export class SandboxCalls {
 
   constructor(private readonly host: CallHost) {}
 
-  /** Run a command in a sandbox. */
-  exec(idInput: unknown, requestInput: unknown): Promise<ExecResult> {
+  /**
+   * Run a command in a sandbox to its end. With `io`, its output streams to
+   * `io.onOutput` as it comes and the command dies when `io.signal` aborts
+   * (the caller went away). The answer's output is in the request's encoding.
+   */
+  async exec(idInput: unknown, requestInput: unknown, io: ExecIO = {}): Promise<ExecResult> {
     const id = checkSandboxId(idInput);
     const holder = holderOf(requestInput);
     const request = checkExecRequest(requestInput);
+    if (request.background) throw new DsecError('DSEC_AGENT_REQUEST', { message: 'a background command is started with POST /v1/sandboxes/:id/processes' });
     // exec's own failures keep their words (a runtime's message reads better than a wrapper's).
-    return this.inside(id, 'exec', (ctx) => backendHook(this.host.dsec, 'exec', ctx.spec.backend).promise(ctx, request), { wrap: false, holder });
+    const output = await this.within(id, 'exec', (ctx) => backendHook(this.host.dsec, 'exec', ctx.spec.backend).promise(ctx, request, io), { wrap: false, holder });
+    return execResult(output, request.encoding);
   }
 
   /** One file from inside a sandbox (`{path, maxBytes?, holder?}`). */
@@ -54,7 +71,7 @@ export class SandboxCalls {
     const id = checkSandboxId(idInput);
     const holder = holderOf(requestInput);
     const request: ReadFileRequest = checkReadFileRequest(id, requestInput);
-    return this.inside(id, 'readFile', (ctx) => backendHook(this.host.dsec, 'readFile', ctx.spec.backend).promise(ctx, request), { holder });
+    return this.within(id, 'readFile', (ctx) => backendHook(this.host.dsec, 'readFile', ctx.spec.backend).promise(ctx, request), { holder });
   }
 
   /** Create or replace one file inside a sandbox (`{path, data (base64), mode?, holder?}`), parents created. */
@@ -62,7 +79,7 @@ export class SandboxCalls {
     const id = checkSandboxId(idInput);
     const holder = holderOf(requestInput);
     const request: WriteFileRequest = checkWriteFileRequest(id, requestInput);
-    await this.inside(id, 'writeFile', (ctx) => backendHook(this.host.dsec, 'writeFile', ctx.spec.backend).promise(ctx, request), { holder });
+    await this.within(id, 'writeFile', (ctx) => backendHook(this.host.dsec, 'writeFile', ctx.spec.backend).promise(ctx, request), { holder });
     return { path: request.path, size: Buffer.byteLength(request.data, 'base64') };
   }
 
@@ -109,8 +126,12 @@ export class SandboxCalls {
     void this.host.store.persist(entry).catch(() => undefined);
   }
 
-  /** Admit the call (resuming a paused sandbox), run it on the backend's tap, and say clearly what went wrong. */
-  private async inside<R>(
+  /**
+   * Admit a call into a sandbox (resuming a paused one, refusing a holder
+   * that does not hold it), run it on the backend's tap for `operation`,
+   * and say clearly what went wrong. Every call into a sandbox goes here.
+   */
+  async within<R>(
     id: string,
     operation: SandboxOperation,
     run: (ctx: SandboxContext) => Promise<R | undefined>,
@@ -158,4 +179,9 @@ function isUnsupported(error: unknown): boolean {
 /** The `holder` a call may name (its calls are refused on a sandbox it does not hold). */
 function holderOf(input: unknown): string | undefined {
   return typeof input === 'object' && input !== null ? checkCallHolder((input as { holder?: unknown }).holder) : undefined;
+}
+
+/** A backend's exec output as the caller asked for it: text, or the bytes in base64. */
+export function execResult(output: ExecOutput, encoding: OutputEncoding = 'utf8'): ExecResult {
+  return { ...output, stdout: output.stdout.toString(encoding), stderr: output.stderr.toString(encoding) };
 }

@@ -230,8 +230,9 @@ export class AgentClient {
     return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/snapshot`, request);
   }
 
-  exec(id: string, request: ExecRequest): Promise<ExecResult> {
-    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, request);
+  /** Run a command to its end. `signal`: the caller gives up; the agent then kills the command. */
+  exec(id: string, request: ExecRequest, options: { signal?: AbortSignal } = {}): Promise<ExecResult> {
+    return this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, request, this.options.timeoutMs ?? 0, options.signal);
   }
 
   /** One file from inside a sandbox, base64 (a paused sandbox is resumed first). */
@@ -260,43 +261,88 @@ export class AgentClient {
     this.agent.destroy();
   }
 
-  /** One request; retried once when a kept-alive socket turned out to be closed by the agent. */
-  async request<T>(method: string, path: string, body?: unknown, timeoutMs = this.options.timeoutMs ?? 0): Promise<T> {
+  /**
+   * One request; retried once when a kept-alive socket turned out to be
+   * closed by the agent. `signal` aborts it (the agent sees the caller go).
+   */
+  async request<T>(method: string, path: string, body?: unknown, timeoutMs = this.options.timeoutMs ?? 0, signal?: AbortSignal): Promise<T> {
     try {
-      return await this.send<T>(method, path, body, timeoutMs);
+      return await this.send<T>(method, path, body, timeoutMs, signal);
     } catch (error) {
-      if ((error as { retryable?: boolean }).retryable) return this.send<T>(method, path, body, timeoutMs);
+      if ((error as { retryable?: boolean }).retryable) return this.send<T>(method, path, body, timeoutMs, signal);
       throw error;
     }
   }
 
-  private send<T>(method: string, path: string, body: unknown, timeoutMs: number): Promise<T> {
+  /**
+   * A request whose answer streams (NDJSON): each line is handed to
+   * `onEvent` as it comes; resolves when the answer ends. An error status
+   * is the agent's error, as for `request`; a line that is not JSON is
+   * DSEC_AGENT_BAD_ANSWER. `signal` hangs up (the agent then stops the work).
+   */
+  stream(method: string, path: string, body: unknown, onEvent: (event: unknown) => void, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const req = this.open(method, path, body, (res) => {
+        if ((res.statusCode ?? 500) !== 200) return this.readJson(res, method, path, resolve as () => void, reject);
+        let buffered = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          buffered += chunk;
+          for (let end = buffered.indexOf('\n'); end >= 0; end = buffered.indexOf('\n')) {
+            const line = buffered.slice(0, end);
+            buffered = buffered.slice(end + 1);
+            if (!line) continue;
+            let event: unknown;
+            try {
+              event = JSON.parse(line);
+            } catch {
+              req.destroy();
+              return reject(new DsecError('DSEC_AGENT_BAD_ANSWER', { address: this.address, message: `${method} ${path}: a streamed line that is not JSON: ${JSON.stringify(line.slice(0, 200))}` }));
+            }
+            onEvent(event);
+          }
+        });
+        res.on('error', (error) => reject(this.unreachable(error)));
+        res.on('end', () => resolve());
+      }, signal);
+      req.on('error', (error) => reject(this.unreachable(error)));
+    });
+  }
+
+  /** Start a request (body as JSON, the token over TCP); `signal` destroys it. */
+  private open(method: string, path: string, body: unknown, onResponse: (res: http.IncomingMessage) => void, signal?: AbortSignal): http.ClientRequest {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     const headers: http.OutgoingHttpHeaders = payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) };
     if (this.tcp) headers.authorization = this.tcp.authorization;
     const where = this.tcp ? { host: this.tcp.host, port: this.tcp.port } : { socketPath: socketAddress(this.socketPath) };
+    const req = http.request({ ...where, path, method, agent: this.agent, headers, ...(signal ? { signal } : {}) }, onResponse);
+    req.end(payload);
+    return req;
+  }
+
+  /** Read a whole JSON answer: resolve it, or reject with the agent's error. */
+  private readJson<T>(res: http.IncomingMessage, method: string, path: string, resolve: (value: T) => void, reject: (error: Error) => void): void {
+    const chunks: Buffer[] = [];
+    res.on('data', (chunk: Buffer) => chunks.push(chunk));
+    res.on('error', (error) => reject(this.unreachable(error)));
+    res.on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      let parsed: unknown;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {
+        const message = `${method} ${path}: HTTP ${res.statusCode} with a body that is not JSON: ${JSON.stringify(text.slice(0, 200))}`;
+        return reject(new DsecError('DSEC_AGENT_BAD_ANSWER', { address: this.address, message }));
+      }
+      if (res.statusCode === 401) return reject(this.unauthorized(parsed));
+      if ((res.statusCode ?? 500) >= 400) return reject(toDsecError(parsed, res.statusCode ?? 500));
+      resolve(parsed as T);
+    });
+  }
+
+  private send<T>(method: string, path: string, body: unknown, timeoutMs: number, signal?: AbortSignal): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const req = http.request(
-        { ...where, path, method, agent: this.agent, headers },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (chunk: Buffer) => chunks.push(chunk));
-          res.on('error', (error) => reject(this.unreachable(error)));
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
-            let parsed: unknown;
-            try {
-              parsed = text ? JSON.parse(text) : undefined;
-            } catch {
-              const message = `${method} ${path}: HTTP ${res.statusCode} with a body that is not JSON: ${JSON.stringify(text.slice(0, 200))}`;
-              return reject(new DsecError('DSEC_AGENT_BAD_ANSWER', { address: this.address, message }));
-            }
-            if (res.statusCode === 401) return reject(this.unauthorized(parsed));
-            if ((res.statusCode ?? 500) >= 400) return reject(toDsecError(parsed, res.statusCode ?? 500));
-            resolve(parsed as T);
-          });
-        },
-      );
+      const req = this.open(method, path, body, (res) => this.readJson(res, method, path, resolve, reject), signal);
       if (timeoutMs > 0) {
         req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
       }
@@ -305,7 +351,6 @@ export class AgentClient {
         if (req.reusedSocket && error.code === 'ECONNRESET') Object.assign(wrapped, { retryable: true });
         reject(wrapped);
       });
-      req.end(payload);
     });
   }
 

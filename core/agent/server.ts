@@ -17,10 +17,11 @@ import type { LayerModel } from '../model.js';
 import type { NodeAgent } from './agent.js';
 import { formatHostPort, MIN_TOKEN_LENGTH } from './cluster-flags.js';
 import { socketAddress } from './layout.js';
+import { processRoutes } from './routes-processes.js';
+import { MAX_UNREAD_STREAM_BYTES, route, Streamed, type Route } from './routes.js';
 import { bearerRefusal, RateLimitedLog } from './tcp-auth.js';
 
-/** Request bodies above this are refused (413): layers travel as paths, not bytes. */
-export const MAX_BODY_BYTES = 8 * 1024 * 1024;
+export { MAX_BODY_BYTES } from './routes.js';
 /** Routes that carry file content (a file write, a task's files) take more: MAX_FILE_BYTES in base64, and the JSON around it. */
 export const MAX_FILE_BODY_BYTES = Math.ceil((MAX_FILE_BYTES * 4) / 3) + 1024 * 1024;
 const CLOSE_GRACE_MS = 3_000;
@@ -58,24 +59,6 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   DSEC_STORAGE_MISSING: 501,
 };
 
-type Handler = (request: ParsedRequest) => Promise<unknown>;
-
-interface ParsedRequest {
-  readonly params: Record<string, string>;
-  readonly query: URLSearchParams;
-  readonly body: Record<string, unknown>;
-  /** Aborted when the caller hangs up before the answer (a waiting acquire leaves the queue, an exec is killed). */
-  readonly signal: AbortSignal;
-}
-
-interface Route {
-  readonly method: string;
-  readonly pattern: RegExp;
-  readonly names: readonly string[];
-  readonly handler: Handler;
-  /** The largest body this route reads. @default MAX_BODY_BYTES */
-  readonly maxBodyBytes: number;
-}
 
 export interface AgentServer {
   /** Serve on the Unix socket. */
@@ -176,17 +159,6 @@ function createTcpServer(routes: readonly Route[], tcp: TcpListenOptions, log: L
   return server;
 }
 
-function route(method: string, path: string, handler: Handler, maxBodyBytes = MAX_BODY_BYTES): Route {
-  const names: string[] = [];
-  const pattern = new RegExp(
-    `^${path.replace(/:(\w+)/g, (_whole, name: string) => {
-      names.push(name);
-      return '([^/]+)';
-    })}$`,
-  );
-  return { method, pattern, names, handler, maxBodyBytes };
-}
-
 function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { readonly plugins?: string }): Route[] {
   const layerOf = (body: Record<string, unknown>) => {
     const layer = body.layer;
@@ -220,10 +192,25 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { reado
     route('GET', '/v1/sandboxes/:id', async ({ params }) => agent.get(params.id)),
     route('PATCH', '/v1/sandboxes/:id', async ({ params, body }) => agent.updateSandbox(params.id, body)),
     route('DELETE', '/v1/sandboxes/:id', async ({ params, query }) => agent.destroySandbox(params.id, { unlessClaimed: query.get('unlessClaimed') === '1' })),
-    route('POST', '/v1/sandboxes/:id/exec', async ({ params, body }) => agent.exec(params.id, body)),
-    route('GET', '/v1/sandboxes/:id/files', async ({ params, query }) => agent.readFile(params.id, fileQuery(query))),
-    route('PUT', '/v1/sandboxes/:id/files', async ({ params, body }) => agent.writeFile(params.id, body), MAX_FILE_BODY_BYTES),
-    route('POST', '/v1/functions/:fleet/invoke', async ({ params, body }) => agent.invokeFunction(params.fleet, body), MAX_FILE_BODY_BYTES),
+    route('POST', '/v1/sandboxes/:id/exec', async ({ params, body, signal }) => {
+      // `stream: true`: the output as it comes (NDJSON); either way the command dies if the caller hangs up.
+      if (body.stream !== true) return agent.calls.exec(params.id, withoutStream(body), { signal });
+      return new Streamed(async (emit, streamSignal) => {
+        let dropped = false;
+        const result = await agent.calls.exec(params.id, withoutStream(body), {
+          signal: streamSignal,
+          onStart: (handle, pid) => void emit({ event: 'start', handle, pid }),
+          onOutput: (stream, chunk) => {
+            if (!emit({ event: stream, data: chunk.toString('base64') })) dropped = true;
+          },
+        });
+        emit({ event: 'exit', result: { ...result, ...(dropped ? { truncated: true } : {}) } });
+      });
+    }),
+    ...processRoutes(agent),
+    route('GET', '/v1/sandboxes/:id/files', async ({ params, query }) => agent.calls.readFile(params.id, fileQuery(query))),
+    route('PUT', '/v1/sandboxes/:id/files', async ({ params, body }) => agent.calls.writeFile(params.id, body), MAX_FILE_BODY_BYTES),
+    route('POST', '/v1/functions/:fleet/invoke', async ({ params, body }) => agent.calls.invoke(params.fleet, body), MAX_FILE_BODY_BYTES),
     route('POST', '/v1/sandboxes/:id/snapshot', async ({ params, body }) => agent.layers.snapshotSandbox(params.id, body)),
     route('POST', '/v1/sandboxes/:id/pause', async ({ params }) => agent.pauseSandbox(params.id)),
     route('POST', '/v1/sandboxes/:id/resume', async ({ params }) => agent.resumeSandbox(params.id)),
@@ -239,10 +226,11 @@ function buildRoutes(agent: NodeAgent, onShutdown: () => void, identity: { reado
 }
 
 /** `?path=/etc/hosts&maxBytes=1024` -> {path, maxBytes}; the agent checks both. */
-function fileQuery(query: URLSearchParams): { path: string | null; maxBytes?: number } {
+function fileQuery(query: URLSearchParams): { path: string | null; maxBytes?: number; holder?: string } {
   const maxBytes = query.get('maxBytes');
   if (maxBytes !== null && !/^[0-9]+$/.test(maxBytes)) throw new DsecError('DSEC_AGENT_REQUEST', { message: `maxBytes must be a whole number, got ${JSON.stringify(maxBytes)}` });
-  return { path: query.get('path'), ...(maxBytes !== null ? { maxBytes: Number(maxBytes) } : {}) };
+  const holder = query.get('holder');
+  return { path: query.get('path'), ...(maxBytes !== null ? { maxBytes: Number(maxBytes) } : {}), ...(holder !== null ? { holder } : {}) };
 }
 
 /** `?holder=NAME`: only the sandboxes it holds. */
@@ -281,6 +269,7 @@ async function handle(routes: readonly Route[], req: http.IncomingMessage, res: 
       if (!res.writableFinished) hangUp.abort();
     });
     const result = await found.handler({ params, query: url.searchParams, body, signal: hangUp.signal });
+    if (result instanceof Streamed) return await stream(res, result, hangUp.signal, log);
     send(res, 200, result ?? { ok: true });
   } catch (error) {
     if (error instanceof BodyError) return sendError(res, error.status, new DsecError('DSEC_AGENT_REQUEST', { message: error.message }));
@@ -324,6 +313,36 @@ async function readBody(req: http.IncomingMessage, limit: number): Promise<Recor
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new BodyError(400, 'the request body must be a JSON object');
   return parsed as Record<string, unknown>;
+}
+
+/** The request without `stream` (the route's switch, not part of what it asks). */
+function withoutStream(body: Record<string, unknown>): Record<string, unknown> {
+  const { stream: _stream, ...rest } = body;
+  return rest;
+}
+
+/**
+ * Answer with NDJSON as the producer emits. The headers wait for the first
+ * event, so a call refused at once gets its error status like any other.
+ */
+async function stream(res: http.ServerResponse, streamed: Streamed, signal: AbortSignal, log: Logger): Promise<void> {
+  const emit = (event: unknown): boolean => {
+    if (res.destroyed || res.writableEnded) return false;
+    if (!res.headersSent) res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    if (res.writableLength > MAX_UNREAD_STREAM_BYTES) return false;
+    res.write(`${JSON.stringify(event)}\n`);
+    return true;
+  };
+  try {
+    await streamed.produce(emit, signal);
+  } catch (error) {
+    if (!res.headersSent) throw error;
+    const dsecError = error instanceof DsecError ? error : new DsecError('DSEC_AGENT_INTERNAL', { message: (error as Error).message });
+    if (!(error instanceof DsecError)) log.warn(`a streamed answer failed: ${(error as Error).stack ?? String(error)}`);
+    emit({ event: 'error', error: { code: dsecError.code, message: dsecError.message, params: dsecError.params } });
+  }
+  if (!res.headersSent) res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+  res.end();
 }
 
 function send(res: http.ServerResponse, status: number, value: unknown): void {

@@ -251,41 +251,4 @@ export function checkTarget(input: unknown): SandboxTarget {
   return { ...(checkedIds.length > 0 ? { ids: checkedIds } : {}), ...(labels && Object.keys(labels).length > 0 ? { labels } : {}) };
 }
 
-export function checkExecRequest(input: unknown): ExecRequest {
-  if (!isObject(input)) refuse(['the exec request must be an object']);
-  const problems: string[] = [];
-  const { cmd, env, workdir, stdin, timeoutMs, maxOutputBytes } = input;
-  if (!Array.isArray(cmd) || cmd.length === 0 || cmd.some((part) => typeof part !== 'string')) {
-    problems.push('cmd must be a non-empty array of strings');
-  }
-  // A NUL cannot reach a process (spawn refuses it), and runc refuses an empty or `=` name: the caller's mistake, said as such.
-  if (Array.isArray(cmd) && cmd.some((part) => typeof part === 'string' && part.includes('\0'))) problems.push('cmd must not hold NUL bytes');
-  const envMap = env === undefined ? undefined : stringMap(env, 'env', problems);
-  for (const [name, value] of Object.entries(envMap ?? {})) {
-    if (name === '' || /[=\0]/.test(name)) problems.push(`env name ${JSON.stringify(name)} is not a valid variable name`);
-    if (value.includes('\0')) problems.push(`env value of ${name} holds a NUL byte`);
-  }
-  if (workdir !== undefined && (typeof workdir !== 'string' || !workdir.startsWith('/'))) problems.push('workdir must be an absolute path');
-  else if (typeof workdir === 'string' && workdir.includes('\0')) problems.push('workdir must not hold NUL bytes');
-  if (stdin !== undefined && typeof stdin !== 'string') problems.push('stdin must be a string');
-  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 1)) {
-    problems.push('timeoutMs must be a whole number >= 1');
-  } else if (timeoutMs !== undefined && timeoutMs > MAX_EXEC_TIMEOUT_MS) {
-    problems.push(`timeoutMs must be at most ${MAX_EXEC_TIMEOUT_MS} (about 24 days)`);
-  }
-  if (maxOutputBytes !== undefined && (typeof maxOutputBytes !== 'number' || !Number.isInteger(maxOutputBytes) || maxOutputBytes < 0)) {
-    problems.push('maxOutputBytes must be a whole number >= 0');
-  } else if (maxOutputBytes !== undefined && maxOutputBytes > MAX_EXEC_OUTPUT_BYTES) {
-    // Both streams are held in memory and sent back in one answer.
-    problems.push(`maxOutputBytes must be at most ${MAX_EXEC_OUTPUT_BYTES} (32 MiB per stream)`);
-  }
-  if (problems.length > 0) refuse(problems);
-  return {
-    cmd: [...(cmd as string[])],
-    ...(envMap ? { env: envMap } : {}),
-    ...(workdir !== undefined ? { workdir: workdir as string } : {}),
-    ...(stdin !== undefined ? { stdin: stdin as string } : {}),
-    ...(timeoutMs !== undefined ? { timeoutMs: timeoutMs as number } : {}),
-    ...(maxOutputBytes !== undefined ? { maxOutputBytes: maxOutputBytes as number } : {}),
-  };
-}
+export { checkExecRequest } from './validate-exec.js';

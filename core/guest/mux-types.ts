@@ -130,7 +130,12 @@ export interface GuestSessionSummary {
 export const GUEST_CALL_TIMEOUT_MS = 30_000;
 /** dsec-input's largest chunk (input() splits larger data). */
 export const MAX_GUEST_INPUT_CHUNK = 4 * 1024 * 1024;
-/** writeFile sends files larger than this in appended chunks of this size (request lines are capped at 32 MiB). */
-export const GUEST_FILE_CHUNK = 8 * 1024 * 1024;
+/**
+ * Files go to and from the guest in parts of this size (writes appended,
+ * reads by offset): the guest holds a part, its base64 and its JSON at once,
+ * and all of it is charged to the sandbox's memory, so a part must stay
+ * small beside the smallest sandbox (32 MiB).
+ */
+export const GUEST_FILE_CHUNK = 1024 * 1024;
 /** The largest readFile (dsec-read-file's max-bytes). */
 export const MAX_GUEST_READ_BYTES = 32 * 1024 * 1024;

@@ -272,12 +272,23 @@ export class GuestSession {
   async readFile(path: string, maxBytes: number): Promise<Buffer> {
     this.checkPath(path);
     const limit = Math.max(0, Math.min(Math.floor(maxBytes), MAX_GUEST_READ_BYTES));
-    const reader = this.reader('dsec-read-file');
-    const answer = reader.object(await this.fileCall(path, 'dsec-read-file', { path, 'max-bytes': Number.isFinite(limit) ? limit : MAX_GUEST_READ_BYTES }, limit));
-    const size = reader.integer(answer.size, 'size');
-    const { data, cut } = reader.bytes(answer.data, 'data', limit);
-    if (cut || data.length !== size) throw reader.invalid(`it sent ${data.length} bytes for a file of ${size} (at most ${limit} asked for)`);
-    return data;
+    const maxArg = Number.isFinite(limit) ? limit : MAX_GUEST_READ_BYTES;
+    // In parts of GUEST_FILE_CHUNK: what the guest holds at once is charged to the sandbox's memory.
+    const parts: Buffer[] = [];
+    let total = 0;
+    for (;;) {
+      const reader = this.reader('dsec-read-file');
+      const answer = reader.object(await this.fileCall(path, 'dsec-read-file', { path, 'max-bytes': maxArg, offset: total, length: GUEST_FILE_CHUNK }, limit));
+      const size = reader.integer(answer.size, 'size');
+      const { data, cut } = reader.bytes(answer.data, 'data', GUEST_FILE_CHUNK);
+      if (cut) throw reader.invalid(`it sent more than the ${GUEST_FILE_CHUNK} bytes asked for`);
+      parts.push(data);
+      total += data.length;
+      if (total > limit) throw new DsecError('DSEC_FILE_TOO_LARGE', { id: this.wire.sandboxId, path, size: `more than ${limit}`, limit });
+      // A short part is the end; so is reaching the size the file had (it may shrink or grow meanwhile).
+      if (data.length < GUEST_FILE_CHUNK || total >= size) break;
+    }
+    return Buffer.concat(parts, total);
   }
 
   /**

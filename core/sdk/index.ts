@@ -34,15 +34,19 @@ import {
   type LayerRecord,
   type NodeInfo,
   type NodeUsage,
+  type ProcessSummary,
   type ReleaseRequest,
   type ReleaseResult,
   type SandboxInfo,
   type SandboxUpdate,
+  type SessionInfo,
 } from '../live.js';
 import type { LayerModel, PluginRef, Resources } from '../model.js';
 import { createProjectProvider, isLocalProvider, loadProject, type ProjectProvider } from '../project.js';
 import type { Provider } from '../provider.js';
 import { createLocalProvider } from '../../providers/local/index.js';
+import { ProcessClient } from '../agent/client-processes.js';
+import { execRequestOf, needsStream, openSession, startBackground, streamExec, type ExecBytesResult, type ExecOptions, type ProcessHandle, type Session } from './processes.js';
 import {
   acquireRequest,
   sandboxQuery,
@@ -62,6 +66,7 @@ import {
 } from './requests.js';
 
 export { acquireRequest, type AcquireOptions, type SandboxQuery } from './rollouts.js';
+export { ProcessHandle, Session, type ExecBytesResult, type ExecOptions, type SessionRunOptions, type StdinSource } from './processes.js';
 export {
   DEFAULT_SANDBOX_RESOURCES,
   execRequest,
@@ -175,8 +180,44 @@ export class DsecClient {
     return this.provider.createSandbox(sandboxSpec(input));
   }
 
-  async exec(id: string, command: string | readonly string[] | ExecRequest, options: Omit<ExecRequest, 'cmd'> = {}): Promise<ExecResult> {
-    return this.provider.exec(id, { ...execRequest(command), ...options });
+  /**
+   * Run a command in a sandbox, in its persistent state: `exec(id, 'ls')`
+   * (through /bin/sh -c) or `exec(id, ['ls', '-l'])`. Output streams to
+   * `onStdout`/`onStderr` as it comes; `stdin` may be a stream (fed as it
+   * comes); `output: 'buffer'` gives the bytes unchanged; `signal` kills it;
+   * `background: true` answers a ProcessHandle at once (it outlives the call).
+   */
+  exec(id: string, command: string | readonly string[] | ExecRequest, options: ExecOptions & { background: true }): Promise<ProcessHandle>;
+  exec(id: string, command: string | readonly string[] | ExecRequest, options: ExecOptions & { output: 'buffer' }): Promise<ExecBytesResult>;
+  exec(id: string, command: string | readonly string[] | ExecRequest, options?: ExecOptions): Promise<ExecResult>;
+  async exec(id: string, command: string | readonly string[] | ExecRequest, options: ExecOptions = {}): Promise<ExecResult | ExecBytesResult | ProcessHandle> {
+    const { cmd, ...inline } = execRequest(command);
+    const merged = { ...inline, ...options } as ExecOptions;
+    if (merged.background) return startBackground(this.provider, id, cmd, merged);
+    if (needsStream(merged)) return streamExec(this.provider, id, cmd, merged);
+    const request = execRequestOf(cmd, merged);
+    const result = merged.signal ? await (await this.provider.sandboxAgent(id)).exec(id, request, { signal: merged.signal }) : await this.provider.exec(id, request);
+    if (merged.output !== 'buffer') return result;
+    return { ...result, stdout: Buffer.from(result.stdout, 'base64'), stderr: Buffer.from(result.stderr, 'base64') };
+  }
+
+  /** The background commands of a sandbox (running or finished, until forgotten). */
+  async processes(id: string): Promise<ProcessSummary[]> {
+    return new ProcessClient(await this.provider.sandboxAgent(id)).list(id);
+  }
+
+  /**
+   * A persistent shell in a sandbox: `const sh = await dsec.session(id)`,
+   * `await sh.run('cd repo && export A=1')`, `await sh.run('pwd; echo $A')`.
+   * The sandbox's bash when it has one, else sh.
+   */
+  async session(id: string, options: { cwd?: string; env?: Readonly<Record<string, string>>; shell?: string } = {}): Promise<Session> {
+    return openSession(this.provider, id, options);
+  }
+
+  /** The sessions open in a sandbox. */
+  async sessions(id: string): Promise<SessionInfo[]> {
+    return new ProcessClient(await this.provider.sandboxAgent(id)).sessions(id);
   }
 
   /**

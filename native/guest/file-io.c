@@ -40,6 +40,42 @@ static const char *path_of(const struct json *args, const struct json *id) {
   return path != NULL && path[0] == '/' ? path : NULL;
 }
 
+#define MAX_READ_PART (4u * 1024 * 1024)
+
+/* {size (the whole file's), data (at most `length` bytes from `offset`)}; closes fd. */
+static void read_part(const struct json *args, struct json **id, int fd, const char *path, const struct stat *st) {
+  int64_t offset = 0, length = 0;
+  if ((json_get(args, "offset") != NULL && !json_get_int(args, "offset", 0, INT64_MAX / 2, &offset)) ||
+      !json_get_int(args, "length", 0, MAX_READ_PART, &length)) {
+    close(fd);
+    reply_error(*id, "Invalid", "'offset' must be an integer >= 0 and 'length' one from 0 to 4194304");
+    return;
+  }
+  unsigned char *data = malloc(length > 0 ? (size_t)length : 1);
+  size_t got = 0;
+  int failed = data == NULL ? ENOMEM : 0;
+  while (!failed && got < (size_t)length) {
+    ssize_t n = pread(fd, data + got, (size_t)length - got, (off_t)(offset + (int64_t)got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) failed = errno;
+    else if (n == 0) break;
+    else got += (size_t)n;
+  }
+  close(fd);
+  if (failed) {
+    free(data);
+    file_error(*id, "Invalid", path, strerror(failed));
+    return;
+  }
+  struct buffer value = {0};
+  buffer_printf(&value, "{\"size\":%lld,\"offset\":%lld", (long long)st->st_size, (long long)offset);
+  write_b64_member(&value, "data", data, got);
+  buffer_append_str(&value, "}");
+  free(data);
+  reply_value(*id, &value);
+  buffer_free(&value);
+}
+
 void cmd_read_file(const struct json *args, struct json **id) {
   const char *path = path_of(args, *id);
   if (path == NULL) return;
@@ -61,6 +97,12 @@ void cmd_read_file(const struct json *args, struct json **id) {
     close(fd);
     snprintf(what, sizeof what, "is %lld bytes, more than the %lld asked for", (long long)st.st_size, (long long)max);
     file_error(*id, "TooLarge", path, what);
+    return;
+  }
+  /* A part (`offset`, `length`): the host reads big files in pieces, so what the agent holds
+     at once (charged to the sandbox's memory) stays a piece, never the whole file. */
+  if (json_get(args, "length") != NULL) {
+    read_part(args, id, fd, path, &st);
     return;
   }
   /* Up to one byte past the limit: a file growing meanwhile is still caught. */

@@ -94,6 +94,8 @@ export interface BundleUser {
   readonly uid: number;
   readonly gid: number;
   readonly additionalGids?: readonly number[];
+  /** Its home directory, from the sandbox's passwd (for HOME in the exec server's commands). */
+  readonly home?: string;
 }
 
 export interface BundleInput {
@@ -113,6 +115,13 @@ export interface BundleInput {
   readonly hostBusybox?: string;
   /** What a backend built on this one asks for (checked by checkContainerShape first). @default none */
   readonly shape?: ContainerShape;
+  /**
+   * The exec server (dsec-guest) as PID 1, bound read-only from this host
+   * path: it runs as root (it starts each command as `user`), with its two
+   * FIFOs as fds 3 and 4 (`runc run --preserve-fds 2`). @default none: the
+   * idle init, and exec through the runtime
+   */
+  readonly execServer?: { readonly binary: string };
 }
 
 /**
@@ -170,20 +179,28 @@ export function envList(env: Readonly<Record<string, string>>): string[] {
     .map((key) => `${key}=${merged[key]}`);
 }
 
+/** Where the exec server is bound in the sandbox, and how it is started (exec-server.ts). */
+export const EXEC_SERVER_IN_SANDBOX = `${SANDBOX_PRIVATE_DIR}/guest`;
+export const EXEC_SERVER_ARGS = Object.freeze([EXEC_SERVER_IN_SANDBOX, '--fds', '3,4']);
+const ROOT_USER: BundleUser = { uid: 0, gid: 0 };
+
 export function bundleConfig(input: BundleInput) {
-  const isRoot = input.user.uid === 0;
+  // The exec server starts every command as the sandbox's user, so it is root itself.
+  const initUser = input.execServer ? ROOT_USER : input.user;
+  const isRoot = initUser.uid === 0;
   const capabilities = [...SANDBOX_CAPABILITIES];
   const readonlyRoot = input.shape?.readonlyRoot === true;
+  const args = input.shape?.init ? shapedInit(input.shape.init) : input.execServer ? shapedInit(EXEC_SERVER_ARGS) : [...SANDBOX_INIT];
   return {
     ociVersion: '1.0.2-dev',
     process: {
       terminal: false,
       user: {
-        uid: input.user.uid,
-        gid: input.user.gid,
-        ...(input.user.additionalGids?.length ? { additionalGids: [...input.user.additionalGids] } : {}),
+        uid: initUser.uid,
+        gid: initUser.gid,
+        ...(initUser.additionalGids?.length ? { additionalGids: [...initUser.additionalGids] } : {}),
       },
-      args: input.shape?.init ? shapedInit(input.shape.init) : [...SANDBOX_INIT],
+      args,
       env: envList(input.env),
       cwd: input.workdir,
       // A non-root user keeps the bounding set only (as with any setuid-free
@@ -217,6 +234,9 @@ export function bundleConfig(input: BundleInput) {
       { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
       // runc creates the mountpoint (and /.dsec) in the upper layer; snapshots leave /.dsec out.
       { destination: SANDBOX_BUSYBOX, type: 'bind', source: input.hostBusybox ?? HOST_BUSYBOX, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
+      ...(input.execServer
+        ? [{ destination: EXEC_SERVER_IN_SANDBOX, type: 'bind', source: input.execServer.binary, options: ['rbind', 'ro', 'nosuid', 'nodev'] }]
+        : []),
       ...shapeMounts(input.shape),
     ],
     linux: {

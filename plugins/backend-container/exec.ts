@@ -16,7 +16,7 @@ import { spawn } from 'node:child_process';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import type { Readable } from 'node:stream';
-import type { ExecRequest, ExecResult } from '../../core/plugin-api.js';
+import { stdinBytes, type ExecIO, type ExecOutput, type ExecRequest, type OutputStream } from '../../core/plugin-api.js';
 import { SANDBOX_BUSYBOX } from './bundle.js';
 import { runtimeCommand, type Runtime } from './runtime.js';
 
@@ -57,24 +57,28 @@ export interface ExecOptions {
   readonly prefix?: readonly string[];
 }
 
-/** Collects up to `cap` bytes; reads and drops the rest. */
+/** Collects up to `cap` bytes (or hands them to `stream` as they come); reads and drops the rest. */
 class CappedBuffer {
   private readonly chunks: Buffer[] = [];
   private size = 0;
   truncated = false;
-  constructor(private readonly cap: number) {}
+  constructor(
+    private readonly cap: number,
+    private readonly stream?: (chunk: Buffer) => void,
+  ) {}
 
   push(chunk: Buffer): void {
     const room = this.cap - this.size;
     if (chunk.length > room) this.truncated = true;
     if (room <= 0) return;
     const kept = chunk.length > room ? chunk.subarray(0, room) : chunk;
-    this.chunks.push(kept);
     this.size += kept.length;
+    if (this.stream) this.stream(kept);
+    else this.chunks.push(kept);
   }
 
-  text(): string {
-    return Buffer.concat(this.chunks).toString('utf8');
+  bytes(): Buffer {
+    return Buffer.concat(this.chunks);
   }
 }
 
@@ -88,17 +92,24 @@ export function execArgs(options: ExecOptions): string[] {
   ];
 }
 
-export function execInContainer(runtime: Runtime, options: ExecOptions): Promise<ExecResult> {
+/**
+ * The runtime's exec: output streamed as it comes when the caller streams,
+ * killed when the caller goes away. No open stdin or terminal here (the
+ * sandbox's exec server has them): a request for one is refused.
+ */
+export function execInContainer(runtime: Runtime, options: ExecOptions, io: ExecIO = {}): Promise<ExecOutput> {
   const { request } = options;
   const cap = request.maxOutputBytes ?? options.defaultOutputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
   const timeoutMs = request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
   const started = performance.now();
-  const stdout = new CappedBuffer(cap);
-  const stderr = new CappedBuffer(cap);
+  const streamTo = (stream: OutputStream) => (io.onOutput ? (chunk: Buffer) => io.onOutput!(stream, chunk) : undefined);
+  const stdout = new CappedBuffer(cap, streamTo('stdout'));
+  const stderr = new CappedBuffer(cap, streamTo('stderr'));
   const runtimeErrors = new CappedBuffer(64 * 1024);
-  const hasStdin = request.stdin !== undefined;
+  const input = stdinBytes(request);
+  const hasStdin = input !== undefined;
 
-  return new Promise<ExecResult>((resolve, reject) => {
+  return new Promise<ExecOutput>((resolve, reject) => {
     const [file, args] = runtimeCommand(runtime, execArgs(options), options.prefix);
     const child = spawn(file, args, {
       stdio: [hasStdin ? 'pipe' : 'ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
@@ -113,17 +124,23 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
     runcErr.on('data', (chunk: Buffer) => runtimeErrors.push(chunk));
     if (hasStdin) {
       child.stdin!.on('error', () => {}); // the command may exit without reading its input
-      child.stdin!.end(request.stdin);
+      child.stdin!.end(input);
     }
 
-    const timer = setTimeout(() => {
-      timedOut = true;
+    const kill = () =>
       void killExecTree(options.pidFile).then((killed) => {
         // No pid yet (runc still starting the process): kill runc itself.
         if (!killed) child.kill('SIGKILL');
         runtimeKillTimer = setTimeout(() => child.kill('SIGKILL'), RUNTIME_KILL_GRACE_MS);
       });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      kill();
     }, timeoutMs);
+    // The caller went away: the command goes too, never left running for nobody.
+    const onAbort = () => kill();
+    if (io.signal?.aborted) onAbort();
+    io.signal?.addEventListener('abort', onAbort, { once: true });
 
     child.on('error', (error) => {
       clearTimeout(timer);
@@ -136,6 +153,7 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
     child.on('exit', (code) => {
       clearTimeout(timer);
       clearTimeout(runtimeKillTimer);
+      io.signal?.removeEventListener('abort', onAbort);
       const finish = () => {
         if (settled) return;
         settled = true;
@@ -144,13 +162,13 @@ export function execInContainer(runtime: Runtime, options: ExecOptions): Promise
         // Runs from a timer or a stream event: a throw here (output too big to
         // become a string) would otherwise leave the call unanswered for ever.
         try {
-          const runcSaid = runtimeErrors.text().trim();
+          const runcSaid = runtimeErrors.bytes().toString('utf8').trim();
           // A failing runc speaks on its own stderr; the command's go to fd 4.
           if (code !== 0 && runcSaid && !timedOut) return reject(new Error(`runc exec exited ${code}: ${runcSaid}`));
           resolve({
             ...exitStatus(code, timedOut),
-            stdout: stdout.text(),
-            stderr: stderr.text(),
+            stdout: stdout.bytes(),
+            stderr: stderr.bytes(),
             truncated: stdout.truncated || stderr.truncated,
             timedOut,
             durationMs: Math.round(performance.now() - started),

@@ -1,5 +1,7 @@
 /**
- * readFile / writeFile for container sandboxes. The file is reached through
+ * readFile / writeFile for container sandboxes without an exec server
+ * (made by an older dsec, or whose server does not answer: the exec server
+ * reads and writes in the sandbox itself, server-calls.ts). The file is reached through
  * /proc/<init pid>/root, so the sandbox's own mounts (a tmpfs, a bind) are
  * seen as its processes see them, and every lookup is made by the kernel
  * inside that root (the native helper's openat2 RESOLVE_IN_ROOT): a symlink
@@ -12,7 +14,6 @@ import path from 'node:path';
 import {
   readFileInRoot,
   writeFileInRoot,
-  type Dsec,
   type FileContent,
   type ReadFileRequest,
   type SandboxContext,
@@ -22,17 +23,6 @@ import {
 import { processStartTime } from './liveness.js';
 
 const DEFAULT_MAX_BYTES = 16 * 1024 * 1024;
-
-/** Tap readFile and writeFile for `kind`; `guard` turns a failure into the backend's error (the plugin's failAs). */
-export function tapFileCalls(
-  dsec: Dsec,
-  kind: string,
-  tap: { name: string; stage: number },
-  guard: <T>(operation: string, sandbox: SandboxContext, work: () => Promise<T>) => Promise<T>,
-): void {
-  dsec.hooks.readFile.for(kind).tapPromise(tap, (sandbox, request) => guard('read a file in', sandbox, () => readSandboxFile(sandbox, request)));
-  dsec.hooks.writeFile.for(kind).tapPromise(tap, (sandbox, request) => guard('write a file in', sandbox, () => writeSandboxFile(sandbox, request)));
-}
 
 export async function readSandboxFile(sandbox: SandboxContext, request: ReadFileRequest): Promise<FileContent> {
   const data = await readFileInRoot(await sandboxRoot(sandbox), request.path, request.maxBytes ?? DEFAULT_MAX_BYTES);

@@ -6,15 +6,20 @@
  *   provision  upper/ work/ rootfs/ -> overlay mount -> config.json -> runc run --detach
  *              (mount, umount and runc are started by launcher.ts, a small shell),
  *              behind the native helper when the sandbox has process traits;
- *              then sandbox.cgroups, and cpu.idle for idleCpu (traits.ts)
- *   exec       runc exec (behind the helper too), output capped, killed on timeout
+ *              its init is the exec server (dsec-guest, exec-server.ts) on two
+ *              FIFOs in the sandbox's host folder; then sandbox.cgroups, and
+ *              cpu.idle for idleCpu (traits.ts)
+ *   exec       through the exec server (server-calls.ts): no process spawned per call;
+ *              streams, stdin, terminals; runc exec for a sandbox without a server
+ *   process, session  background commands and persistent shells, through the exec server
  *   update     runc update (memory, swap, pids, cpu)
  *   probe      the init's pid + start time (runc state when unknown)
  *   pause      runc pause, confirmed FROZEN in the freezer cgroup (freeze.ts)
  *   resume     runc resume
  *   usage      the cgroup's counters (usage.ts)
  *   snapshot   runc pause, copy the upper dir, runc resume (snapshot.ts)
- *   readFile, writeFile  through /proc/<init pid>/root, resolved inside it by the native helper (files.ts)
+ *   readFile, writeFile  through the exec server, inside the sandbox; without one through
+ *              /proc/<init pid>/root, resolved inside it by the native helper (files.ts)
  *   destroy    kill the init, runc delete, unmount, sweep cgroups (idempotent)
  *   validate   (engine) a container fleet asks for at least MIN_CONTAINER_MEMORY_MIB (validate.ts)
  *
@@ -38,12 +43,14 @@ import {
   type BackendProbe,
   type Dsec,
   type DsecPlugin,
+  type ExecIO,
+  type ExecOutput,
   type ExecRequest,
-  type ExecResult,
   type Resources,
   type SandboxCgroups,
   type SandboxContext,
   type SandboxUsage,
+  guestAgentBinaryPath,
   spawnPrefix,
 } from '../../core/plugin-api.js';
 import { bundleConfig, cpuShares, CPU_PERIOD_US, HOST_BUSYBOX, SANDBOX_PRIVATE_DIR } from './bundle.js';
@@ -53,8 +60,10 @@ import { DEFAULT_OUTPUT_CAP_BYTES, execInContainer } from './exec.js';
 import { pauseContainer, resumeContainer } from './freeze.js';
 import { mountOverlay, unmountAll } from './rootfs.js';
 import { buildMountPointLayer, checkContainerShape, mountPointsOf } from './shape.js';
-import { findRuntime, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
-import { tapFileCalls } from './files.js';
+import { findRuntime, makeFifos, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
+import { readSandboxFile, writeSandboxFile } from './files.js';
+import { ExecServers, execServerFifos, execServerOf, type ExecServerRecord } from './exec-server.js';
+import { execThroughServer, processThroughServer, readThroughServer, sessionThroughServer, writeThroughServer } from './server-calls.js';
 import { snapshotContainer } from './snapshot.js';
 import { setCpuIdle, withCpuIdleLifted } from './traits.js';
 import { readUsage } from './usage.js';
@@ -126,9 +135,22 @@ export default function backendContainer(options: BackendContainerOptions = {}):
       dsec.hooks.provision.for(BACKEND_KIND).tapPromise(tap, (sandbox) =>
         failAs('provision', sandbox, () => provision(getRuntime(), sandbox)),
       );
-      dsec.hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
-        failAs('exec', sandbox, () => exec(getRuntime(), sandbox, request, options.defaultOutputCapBytes)),
+      const servers = new ExecServers();
+      const defaultCap = options.defaultOutputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
+      /** The sandbox's exec server, ready to call; undefined: fall back to runc exec and the native helper. */
+      const serverOf = async (sandbox: SandboxContext) => {
+        const session = await servers.tryGet(sandbox);
+        return session && { sandbox, session, user: execServerOf(sandbox)!.user, defaultCap };
+      };
+      const mustServer = async (sandbox: SandboxContext) => ({ sandbox, session: await servers.get(sandbox), user: execServerOf(sandbox)!.user, defaultCap });
+      dsec.hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request, io) =>
+        failAs('exec', sandbox, async () => {
+          const target = await serverOf(sandbox);
+          return target ? execThroughServer(target, request, io) : exec(getRuntime(), sandbox, request, io, options.defaultOutputCapBytes);
+        }),
       );
+      dsec.hooks.process.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a command in', sandbox, async () => processThroughServer(await mustServer(sandbox), call)));
+      dsec.hooks.session.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a session in', sandbox, async () => sessionThroughServer(await mustServer(sandbox), call)));
       dsec.hooks.update.for(BACKEND_KIND).tapPromise(tap, (sandbox, resources) =>
         failAs('update', sandbox, () => update(getRuntime(), sandbox, resources)),
       );
@@ -156,10 +178,23 @@ export default function backendContainer(options: BackendContainerOptions = {}):
           snapshotContainer(getRuntime(), { containerId: containerIdOf(sandbox), upperDir: sandboxPaths(sandbox.dir).upper }, request),
         ),
       );
-      tapFileCalls(dsec, BACKEND_KIND, tap, failAs);
+      // Files through the exec server when the sandbox has one, else the native helper in the init's root.
+      dsec.hooks.readFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
+        failAs('read a file in', sandbox, async () => {
+          const target = await serverOf(sandbox);
+          return target ? readThroughServer(target, request) : readSandboxFile(sandbox, request);
+        }),
+      );
+      dsec.hooks.writeFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
+        failAs('write a file in', sandbox, async () => {
+          const target = await serverOf(sandbox);
+          return target ? writeThroughServer(target, request) : writeSandboxFile(sandbox, request);
+        }),
+      );
       dsec.hooks.destroy.tapPromise(tap, async (sandbox) => {
         // A backend built on this one marks its sandboxes with a shape (before this tap runs).
         if (sandbox.spec.backend !== BACKEND_KIND && sandbox.container === undefined) return;
+        servers.forget(sandbox.spec.id);
         await failAs('destroy', sandbox, () => destroy(getRuntime(), sandbox));
       });
     },
@@ -196,26 +231,38 @@ async function provision(runtime: Runtime, sandbox: SandboxContext): Promise<tru
     throw new Error(`the layers hold ${SANDBOX_PRIVATE_DIR}, which is reserved for dsec; remove it from the layer that holds it`);
   }
 
+  // The exec server is the init of every sandbox but those whose backend brings its own (a shape's).
+  const execServer = shape?.init === undefined ? guestAgentBinaryPath() : undefined;
+  const fifos = execServerFifos(sandbox.dir);
+  if (execServer) await makeFifos([fifos.in, fifos.out]);
+  const user = await resolveUser(paths.rootfs, sandbox.spec.user);
   const config = bundleConfig({
     sandboxId: sandbox.spec.id,
     rootfs: paths.rootfs,
     env: sandbox.spec.env,
     workdir: sandbox.spec.workdir || '/',
-    user: await resolveUser(paths.rootfs, sandbox.spec.user),
+    user,
     resources: sandbox.spec.resources,
     cgroupsPath: record.cgroupsPath,
     maxOpenFiles: await openFilesLimit(),
     ...(shape ? { shape } : {}),
+    ...(execServer ? { execServer: { binary: execServer } } : {}),
   });
   await writeFile(paths.config, JSON.stringify(config, null, 2), { mode: 0o600 });
 
   // Traits are inherited from runc's own process: the helper sets them and execs runc (no trait: no helper).
   const prefix = spawnPrefix(sandbox.traits);
   // --pid-file rather than a `runc state` afterwards: one process spawn less per create.
-  await startDetached(runtime, ['run', '--detach', '--pid-file', paths.initPid, '--bundle', sandbox.dir, cid], paths.initLog, prefix);
+  const serverFds = execServer ? ['--preserve-fds', '2'] : [];
+  await startDetached(runtime, ['run', '--detach', ...serverFds, '--pid-file', paths.initPid, '--bundle', sandbox.dir, cid], paths.initLog, prefix, execServer ? [fifos.in, fifos.out] : []);
   const initPid = Number.parseInt(await readFile(paths.initPid, 'utf8').catch(() => ''), 10);
   const initStart = Number.isInteger(initPid) ? await processStartTime(initPid) : undefined;
-  sandbox.backend = { ...record, ...(Number.isInteger(initPid) ? { initPid } : {}), ...(initStart ? { initStart } : {}) };
+  const server: ExecServerRecord | undefined = execServer
+    ? { transport: 'fifo', user: { uid: user.uid, gid: user.gid, groups: [user.gid, ...(user.additionalGids ?? [])], home: user.home ?? '/' } }
+    : undefined;
+  sandbox.backend = { ...record, ...(Number.isInteger(initPid) ? { initPid } : {}), ...(initStart ? { initStart } : {}), ...(server ? { execServer: server } : {}) };
+  // The exec server is never the one the kernel kills when the sandbox runs out of memory: its commands are.
+  if (execServer && Number.isInteger(initPid)) await writeFile(`/proc/${initPid}/oom_score_adj`, '-1000').catch(() => undefined);
   sandbox.cgroups = await sandboxCgroups(record.cgroupsPath);
   if (sandbox.traits.idleCpu) await setCpuIdle(sandbox.cgroups, true);
   return true;
@@ -231,14 +278,21 @@ async function requireHostBusybox(): Promise<void> {
   }
 }
 
-async function exec(runtime: Runtime, sandbox: SandboxContext, request: ExecRequest, defaultCap?: number): Promise<ExecResult> {
-  return execInContainer(runtime, {
-    containerId: containerIdOf(sandbox),
-    pidFile: path.join(sandbox.dir, `exec-${randomBytes(6).toString('hex')}.pid`),
-    request,
-    defaultOutputCapBytes: defaultCap ?? DEFAULT_OUTPUT_CAP_BYTES,
-    prefix: spawnPrefix(sandbox.traits),
-  });
+async function exec(runtime: Runtime, sandbox: SandboxContext, request: ExecRequest, io: ExecIO, defaultCap?: number): Promise<ExecOutput> {
+  if (request.openStdin || request.tty) {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: BACKEND_KIND, operation: `exec with ${request.tty ? 'a terminal' : 'an open stdin'} through runc exec (this sandbox has no exec server)` });
+  }
+  return execInContainer(
+    runtime,
+    {
+      containerId: containerIdOf(sandbox),
+      pidFile: path.join(sandbox.dir, `exec-${randomBytes(6).toString('hex')}.pid`),
+      request,
+      defaultOutputCapBytes: defaultCap ?? DEFAULT_OUTPUT_CAP_BYTES,
+      prefix: spawnPrefix(sandbox.traits),
+    },
+    io,
+  );
 }
 
 async function update(runtime: Runtime, sandbox: SandboxContext, resources: Resources): Promise<true> {

@@ -32,6 +32,8 @@ import path from 'node:path';
 export interface LaunchOptions {
   /** Append the job's stdout and stderr to this file (for processes that leave children behind). */
   readonly logFile?: string;
+  /** Files the job gets open read-write as fds 3, 4, ... (the exec server's FIFOs, for `runc run --preserve-fds`). */
+  readonly fds?: readonly string[];
 }
 
 export interface LaunchResult {
@@ -172,6 +174,7 @@ export class Launcher {
   run(file: string, args: readonly string[], options: LaunchOptions = {}): Promise<LaunchResult> {
     const words = [file, ...args].map(shellQuote).join(' ');
     const id = this.nextId++;
+    const extraFds = (options.fds ?? []).map((fdPath, index) => ` ${index + 3}<>${shellQuote(fdPath)}`).join('');
     let redirect: string;
     let files: { outFile?: string; errFile?: string } = {};
     if (options.logFile) {
@@ -184,7 +187,7 @@ export class Launcher {
       if (this.session === session) this.session = undefined;
     }));
     return new Promise((resolve, reject) => {
-      session.send(id, { ...files, resolve, reject }, `{ ${words} </dev/null ${redirect}; echo "r ${id} $?"; } & echo "p ${id} $!"\n`);
+      session.send(id, { ...files, resolve, reject }, `{ ${words} </dev/null ${redirect}${extraFds}; echo "r ${id} $?"; } & echo "p ${id} $!"\n`);
     });
   }
 

@@ -72,12 +72,13 @@ export function runtimeCommand(runtime: Runtime, args: readonly string[], prefix
 
 /**
  * Start a container detached, behind `prefix` (see runtimeCommand). Its stdio
- * (and so the container init's) goes to `logFile`, never to a pipe. Rejects
+ * (and so the container init's) goes to `logFile`, never to a pipe; `fds`
+ * are opened read-write as fds 3, 4, ... for `--preserve-fds`. Rejects
  * with the tail of the log on failure.
  */
-export async function startDetached(runtime: Runtime, args: readonly string[], logFile: string, prefix: readonly string[] = []): Promise<void> {
+export async function startDetached(runtime: Runtime, args: readonly string[], logFile: string, prefix: readonly string[] = [], fds: readonly string[] = []): Promise<void> {
   const [file, words] = runtimeCommand(runtime, args, prefix);
-  const { code, signal } = await launcher().run(file, words, { logFile });
+  const { code, signal } = await launcher().run(file, words, { logFile, ...(fds.length > 0 ? { fds } : {}) });
   if (code !== 0) {
     throw new Error(`${runtime.name} ${args[0]} exited ${code ?? signal}: ${cleanRuntimeMessage(tail(logFile))}`);
   }
@@ -97,4 +98,10 @@ function tail(file: string, bytes = 4096): string {
   } catch {
     return '';
   }
+}
+
+/** Make FIFOs (mode 0600), for the exec server's channel; through the launcher, so the agent is not forked. */
+export async function makeFifos(paths: readonly string[]): Promise<void> {
+  const { code, stderr } = await launcher().run('mkfifo', ['-m', '600', ...paths]);
+  if (code !== 0) throw new Error(`mkfifo ${paths.join(' ')} exited ${code}: ${stderr.trim()}`);
 }

@@ -8,7 +8,7 @@ import path from 'node:path';
 import type { BundleUser } from './bundle.js';
 
 export async function resolveUser(rootfs: string, user: string): Promise<BundleUser> {
-  if (user === '' || user === 'root') return { uid: 0, gid: 0 };
+  if (user === '' || user === 'root') return { uid: 0, gid: 0, home: '/root' };
   const [userPart, groupPart] = user.split(':', 2) as [string, string | undefined];
   const passwd = /^\d+$/.test(userPart) ? [] : await readDatabase(rootfs, 'etc/passwd', user);
   const group = groupPart !== undefined && !/^\d+$/.test(groupPart) ? await readDatabase(rootfs, 'etc/group', user) : [];
@@ -16,6 +16,7 @@ export async function resolveUser(rootfs: string, user: string): Promise<BundleU
   let uid: number;
   let gid: number;
   let name: string | undefined;
+  let home: string | undefined;
   if (/^\d+$/.test(userPart)) {
     uid = Number(userPart);
     gid = uid;
@@ -25,6 +26,7 @@ export async function resolveUser(rootfs: string, user: string): Promise<BundleU
     name = userPart;
     uid = Number(entry[2]);
     gid = Number(entry[3]);
+    home = entry[5]?.startsWith('/') ? entry[5] : undefined;
   }
   if (groupPart !== undefined) {
     if (/^\d+$/.test(groupPart)) gid = Number(groupPart);
@@ -35,7 +37,9 @@ export async function resolveUser(rootfs: string, user: string): Promise<BundleU
     }
   }
   const additionalGids = name === undefined ? [] : await supplementaryGroups(rootfs, name, gid, user);
-  return additionalGids.length > 0 ? { uid, gid, additionalGids } : { uid, gid };
+  // HOME as runc would set it: the passwd entry's, else / (a bare uid has none).
+  const withHome = { uid, gid, home: home ?? (uid === 0 ? '/root' : '/') };
+  return additionalGids.length > 0 ? { ...withHome, additionalGids } : withHome;
 }
 
 async function supplementaryGroups(rootfs: string, name: string, primary: number, user: string): Promise<number[]> {

@@ -86,7 +86,7 @@ export default function backendFncall(options: BackendFncallOptions = {}): DsecP
       );
 
       // Everything else is the container backend's, as for any container sandbox.
-      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) => hooks.exec.for(CONTAINER).promise(sandbox, request));
+      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request, io) => hooks.exec.for(CONTAINER).promise(sandbox, request, io));
       hooks.update.for(BACKEND_KIND).tapPromise(tap, (sandbox, resources) => hooks.update.for(CONTAINER).promise(sandbox, resources));
       hooks.probe.for(BACKEND_KIND).tapPromise(tap, (sandbox) => hooks.probe.for(CONTAINER).promise(sandbox));
       hooks.pause.for(BACKEND_KIND).tapPromise(tap, (sandbox) => hooks.pause.for(CONTAINER).promise(sandbox));

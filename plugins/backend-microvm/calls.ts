@@ -6,32 +6,41 @@
  * request's on top.
  */
 import { constants } from 'node:os';
-import type { ExecRequest, ExecResult, FileContent, ReadFileRequest, SandboxContext, WriteFileRequest } from '../../core/plugin-api.js';
-import { DEFAULT_READ_FILE_BYTES } from '../../core/plugin-api.js';
+import type { ExecIO, ExecOutput, ExecRequest, FileContent, ReadFileRequest, SandboxContext, WriteFileRequest } from '../../core/plugin-api.js';
+import { DEFAULT_READ_FILE_BYTES, DsecError, stdinBytes } from '../../core/plugin-api.js';
 import { DEFAULT_PATH } from './guest-init.js';
 import { guestOf } from './vm.js';
 
 const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 
-export async function execInVm(sandbox: SandboxContext, request: ExecRequest, defaultCap: number): Promise<ExecResult> {
+export async function execInVm(sandbox: SandboxContext, request: ExecRequest, defaultCap: number, io: ExecIO = {}): Promise<ExecOutput> {
   const [path, ...args] = request.cmd;
   if (!path) throw new Error('the command is empty');
+  if (request.openStdin || request.tty) {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'microvm', operation: `exec with ${request.tty ? 'a terminal' : 'an open stdin'}` });
+  }
   const guest = await guestOf(sandbox);
+  const stdin = stdinBytes(request);
   const result = await guest.exec({
     path,
     args,
     env: { PATH: DEFAULT_PATH, ...sandbox.spec.env, ...request.env },
     cwd: request.workdir || sandbox.spec.workdir || '/',
     user: sandbox.spec.user || 'root',
-    ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+    ...(stdin !== undefined ? { stdin } : {}),
     timeoutMs: request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
     maxOutputBytes: request.maxOutputBytes ?? defaultCap,
   });
+  const streamed = io.onOutput !== undefined;
+  if (streamed) {
+    if (result.stdout.length > 0) io.onOutput!('stdout', result.stdout);
+    if (result.stderr.length > 0) io.onOutput!('stderr', result.stderr);
+  }
   return {
     exitCode: result.exitCode,
     signal: result.signal !== undefined ? signalName(result.signal) : result.timedOut ? 'SIGKILL' : null,
-    stdout: result.stdout.toString('utf8'),
-    stderr: result.stderr.toString('utf8'),
+    stdout: streamed ? Buffer.alloc(0) : result.stdout,
+    stderr: streamed ? Buffer.alloc(0) : result.stderr,
     truncated: result.truncated,
     timedOut: result.timedOut,
     durationMs: result.durationMs,

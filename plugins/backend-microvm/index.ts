@@ -56,8 +56,8 @@ export default function backendMicrovm(raw: BackendMicrovmOptions = {}): DsecPlu
           return true as const;
         }),
       );
-      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
-        failAs('exec', sandbox, () => execInVm(sandbox, request, options.defaultOutputCapBytes)),
+      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request, io) =>
+        failAs('exec', sandbox, () => execInVm(sandbox, request, options.defaultOutputCapBytes, io)),
       );
       hooks.readFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) => failAs('read a file in', sandbox, () => readFileInVm(sandbox, request)));
       hooks.writeFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) => failAs('write a file in', sandbox, () => writeFileInVm(sandbox, request)));

@@ -7,9 +7,12 @@
  */
 import { constants } from 'node:os';
 import {
+  DsecError,
   GuestAgentClient,
+  stdinBytes,
+  type ExecIO,
+  type ExecOutput,
   type ExecRequest,
-  type ExecResult,
   type FileContent,
   type ReadFileRequest,
   type SandboxSpec,
@@ -67,24 +70,35 @@ const SIGNAL_NAMES = new Map<number, string>(Object.entries(constants.signals).m
  * request's, its workdir unless the request names one, its user), output
  * capped at `defaultCap` per stream unless the request says.
  */
-export async function execInGuest(guest: GuestConnection, spec: SandboxSpec, request: ExecRequest, defaultCap: number): Promise<ExecResult> {
+export async function execInGuest(guest: GuestConnection, spec: SandboxSpec, request: ExecRequest, defaultCap: number, io: ExecIO = {}): Promise<ExecOutput> {
+  // The QEMU guest agent takes stdin up front and gives output at the end: no open stdin, no terminal.
+  if (request.openStdin || request.tty) {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'vm', operation: `exec with ${request.tty ? 'a terminal' : 'an open stdin'} (the QEMU guest agent takes stdin up front)` });
+  }
   const [path, ...args] = request.cmd;
   const user = spec.user && spec.user !== 'root' && spec.user !== '0' ? spec.user : undefined;
+  const stdin = stdinBytes(request);
   const result = await guest.exec({
     path: path!,
     args,
     env: { ...spec.env, ...request.env },
     cwd: request.workdir ?? (spec.workdir || '/'),
     ...(user ? { user } : {}),
-    ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+    ...(stdin !== undefined ? { stdin } : {}),
     ...(request.timeoutMs !== undefined ? { timeoutMs: request.timeoutMs } : {}),
     maxOutputBytes: request.maxOutputBytes ?? defaultCap,
   });
+  // Streamed callers get the output when the guest gives it: at the end.
+  const streamed = io.onOutput !== undefined;
+  if (streamed) {
+    if (result.stdout.length > 0) io.onOutput!('stdout', result.stdout);
+    if (result.stderr.length > 0) io.onOutput!('stderr', result.stderr);
+  }
   return {
     exitCode: result.exitCode,
     signal: result.signal !== undefined ? (SIGNAL_NAMES.get(result.signal) ?? String(result.signal)) : result.timedOut ? 'SIGKILL' : null,
-    stdout: result.stdout.toString('utf8'),
-    stderr: result.stderr.toString('utf8'),
+    stdout: streamed ? Buffer.alloc(0) : result.stdout,
+    stderr: streamed ? Buffer.alloc(0) : result.stderr,
     truncated: result.truncated,
     timedOut: result.timedOut,
     durationMs: result.durationMs,

@@ -47,8 +47,8 @@ export default function backendVm(rawOptions: BackendVmOptions = {}): DsecPlugin
       const tap = { name: PLUGIN_NAME, stage: STAGE.BACKEND };
       const hooks = dsec.hooks;
       hooks.provision.for(BACKEND_KIND).tapPromise(tap, (sandbox) => failAs('provision', sandbox, () => vms.provision(sandbox)));
-      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
-        failAs('exec', sandbox, async () => execInGuest(await vms.guest(sandbox), sandbox.spec, request, options.defaultOutputCapBytes)),
+      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request, io) =>
+        failAs('exec', sandbox, async () => execInGuest(await vms.guest(sandbox), sandbox.spec, request, options.defaultOutputCapBytes, io)),
       );
       hooks.readFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) =>
         failAs('read a file of', sandbox, async () => readGuestFile(await vms.guest(sandbox), request)),

@@ -362,6 +362,7 @@ export function createClusterProvider(options: ClusterProviderOptions): ClusterP
     // Health is asked fresh, but a probe that finished within the last second is fresh.
     nodes: async (): Promise<NodeInfo[]> =>
       (await probeReused((probe) => probe.finishedAt !== undefined && Date.now() - probe.finishedAt <= 1_000)).map((node) => node.info),
+    sandboxAgent: async (id: string): Promise<AgentClient> => (await nodeOf(id)).client,
     async close(): Promise<void> {
       for (const client of [...probeClients.values(), ...workClients.values()]) client.close();
       const client = await connecting?.catch(() => undefined);

@@ -155,6 +155,11 @@ export function createLocalProvider(options: LocalProviderOptions): LocalProvide
     listSandboxes: (labels?: Readonly<Record<string, string>>, options: { holder?: string } = {}): Promise<SandboxInfo[]> =>
       call(() => client.listSandboxes(labels, options)),
     nodes: async (): Promise<NodeInfo[]> => [await call(() => client.node())],
+    // One node: its agent holds every sandbox.
+    sandboxAgent: async (): Promise<AgentClient> => {
+      await ensureAgent();
+      return client;
+    },
     async close(): Promise<void> {
       client.close();
     },

@@ -33,6 +33,7 @@ describe('the agent of a project', () => {
 
   let ids: string[] = [];
   let firstPid = 0;
+  let refill = '';
   const containerOf = (id: string) => runcContainers(project).find((c) => c.id.endsWith(`-${id}`));
 
   it('is not running before anything, and agent status says so with exit 3', async () => {
@@ -54,7 +55,7 @@ describe('the agent of a project', () => {
     expect(ids).toHaveLength(3);
   });
 
-  it('re-adopts the running sandboxes after a SIGKILL, with their files, and reports the one killed meanwhile as stopped', async () => {
+  it('re-adopts the running sandboxes after a SIGKILL, with their files, reports the one killed meanwhile as stopped, and its pool makes one in its place', async () => {
     const [keeper, other, victim] = ids;
     const write = await project.run(['sandbox', 'exec', keeper, '--', 'sh', '-c', 'echo before-the-kill > /root/note']);
     expect(write.code, write.stderr).toBe(0);
@@ -72,7 +73,12 @@ describe('the agent of a project', () => {
     // The first command starts the agent again.
     const listed = await project.json<SandboxJson[]>(['sandbox', 'ls']);
     const status = Object.fromEntries(listed.map((s) => [s.id, s.status]));
-    expect(status).toEqual({ [keeper]: 'running', [other]: 'running', [victim]: 'stopped' });
+    // The fleet's pool (3 ready) has 2 live ones left: the restarted agent makes a fresh one beside them, with no apply.
+    const made = listed.filter((s) => !ids.includes(s.id));
+    expect(made).toHaveLength(1);
+    refill = made[0].id;
+    expect(refill).toMatch(/^web-[a-z0-9]{8}$/);
+    expect(status).toEqual({ [keeper]: 'running', [other]: 'running', [victim]: 'stopped', [refill]: expect.stringMatching(/^(creating|running)$/) });
     const pids = agent.processes();
     expect(pids).toHaveLength(1);
     expect(pids[0]).not.toBe(firstPid);
@@ -87,15 +93,15 @@ describe('the agent of a project', () => {
     expect(dead.stderr).toContain('DSEC_SANDBOX_NOT_RUNNING');
   });
 
-  it('shows the stopped sandbox as drift in the plan', async () => {
+  it('shows the stopped sandbox as drift in the plan: with its place taken, it is deleted', async () => {
     const plan = await project.json<PlanJson>(['plan']);
     const web = plan.resource_changes.find((c) => c.address === 'fleet.web');
-    expect(web?.change.actions).toEqual(['delete', 'create']);
+    expect(web?.change.actions).toEqual(['update']);
     expect(web?.action_reason).toBe('drift');
-    expect(web?.fleet_summary).toMatchObject({ replace: 1, unchanged: 2, create: 0, delete: 0 });
+    expect(web?.fleet_summary).toMatchObject({ replace: 0, unchanged: 3, create: 0, delete: 1 });
     const text = await project.run(['plan', '--detailed-exitcode']);
     expect(text.code).toBe(2);
-    expect(text.stdout).toMatch(/-\/\+ fleet\.web/);
+    expect(text.stdout).toMatch(/~ fleet\.web/);
   });
 
   it('restarts the agent when the config changes its plugin options, and the sandboxes keep running under the new policy', async () => {
@@ -112,7 +118,7 @@ describe('the agent of a project', () => {
     const [node] = JSON.parse(nodes.stdout) as { capacity: { cpu: number }; allocatable: { cpu: number } }[];
     expect(node.allocatable.cpu).toBeCloseTo(node.capacity.cpu * 3, 5);
     const listed = await project.json<SandboxJson[]>(['sandbox', 'ls']);
-    expect(listed.filter((s) => s.status === 'running').map((s) => s.id).sort()).toEqual([ids[0], ids[1]]);
+    expect(listed.filter((s) => s.status === 'running').map((s) => s.id).sort()).toEqual([ids[0], ids[1], refill].sort());
     // The same settings again: no restart.
     const again = await project.run(['sandbox', 'ls']);
     expect(again.stderr).not.toContain('restarting');
@@ -128,7 +134,7 @@ describe('the agent of a project', () => {
     expect(agent.processes()).toEqual([]);
     expect((await project.run(['agent', 'status'])).code).toBe(3);
     const running = runcContainers(project).filter((c) => c.status === 'running');
-    expect(running.map((c) => c.id.split('-').slice(-2).join('-')).sort()).toEqual([ids[0], ids[1]]);
+    expect(running.map((c) => c.id.split('-').slice(-2).join('-')).sort()).toEqual([ids[0], ids[1], refill].sort());
   });
 
   it('destroys everything, the stopped sandbox included: no container, mount or sandbox folder is left', async () => {

@@ -149,7 +149,7 @@ describe('dsec nodes and the SDK', () => {
     const text = await project.run(['nodes']);
     expect(text.code, text.stderr).toBe(0);
     const line = /^ {2}backends\s+(.*)$/m.exec(text.stdout)?.[1];
-    expect(line).toContain('container: exec, readFile, writeFile, update, pause, resume, snapshot, usage;');
+    expect(line).toContain('container: exec, process, session, readFile, writeFile, update, pause, resume, snapshot, usage;');
     expect(line).toMatch(/(^|; )fnecho: invoke($|;)/);
     const [usage] = await project.json<{ capabilities: Record<string, string[]> }[]>(['nodes', '--json']);
     expect(usage.capabilities.fnecho).toEqual(['invoke']);
@@ -180,7 +180,7 @@ try {
     expect(out.tooLarge).toBe('DSEC_FILE_TOO_LARGE');
     expect(out.run).toEqual({ exitCode: 0, task: { runtime: 'bash', code: 'echo 1' } });
     expect(out.all.fnecho).toEqual(['invoke']);
-    expect(out.container).toEqual(['exec', 'readFile', 'writeFile', 'update', 'pause', 'resume', 'snapshot', 'usage']);
+    expect(out.container).toEqual(['exec', 'process', 'session', 'readFile', 'writeFile', 'update', 'pause', 'resume', 'snapshot', 'usage']);
     expect(out.unknown).toEqual([]);
   });
 });

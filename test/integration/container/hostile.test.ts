@@ -10,6 +10,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LayerRef, SandboxSpec } from '../../../core/live.js';
+import { guestAgentBinaryPath } from '../../../core/guest/binary.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
 
 let agent: TestAgent;
@@ -47,18 +48,21 @@ describe('a hostile sandbox', () => {
     await expect(agent.client.getSandbox('deep')).rejects.toMatchObject({ code: 'DSEC_SANDBOX_NOT_FOUND' });
   });
 
-  it('holds no host file through its init: the init stdio is /dev/null, so /proc/1/fd reaches nothing of the agent', async () => {
+  it('holds no host file through its init: the exec server is not dumpable, so /proc/1/fd (its FIFOs to the agent) cannot be read or opened', async () => {
     await agent.client.createSandbox(spec('fds'));
     try {
       const initLog = path.join(sandboxDir('fds'), 'init.log');
       const before = existsSync(initLog) ? readFileSync(initLog, 'utf8') : '';
-      const fds = await sh('fds', 'for n in 0 1 2; do readlink /proc/1/fd/$n; done; echo planted > /proc/1/fd/1; echo planted > /proc/1/fd/2; true');
-      expect(fds.stdout).toBe('/dev/null\n/dev/null\n/dev/null\n');
+      const fds = await sh(
+        'fds',
+        'for n in 0 1 2 3 4; do readlink /proc/1/fd/$n || echo "no $n"; done; for n in 1 2 3 4; do (echo planted > /proc/1/fd/$n) 2>/dev/null && echo "wrote $n"; done; (cat /proc/1/fd/3) 2>/dev/null && echo "read 3"; true',
+      );
+      expect(fds.stdout).toBe('no 0\nno 1\nno 2\nno 3\nno 4\n');
       expect(fds.stdout).not.toContain(agent.root);
       expect(existsSync(initLog) ? readFileSync(initLog, 'utf8') : '').toBe(before);
-      // The init's children (its sleep) hold nothing of the host either.
+      // What the server runs holds nothing of the host: its output goes to pipes to the server, never a host file.
       const children = await sh('fds', 'for s in /proc/[0-9]*/stat; do set -- $(cat $s); [ "$4" = 1 ] && readlink ${s%/stat}/fd/1; done; true');
-      expect(children.stdout).toMatch(/^(\/dev\/null\n)+$/);
+      expect(children.stdout).toMatch(/^(pipe:\[\d+\]\n)+$/);
     } finally {
       await agent.client.destroySandbox('fds');
     }
@@ -108,8 +112,9 @@ describe('a hostile sandbox', () => {
 });
 
 describe('a sandbox that replaces its own shell', () => {
-  it('cannot forge the status or output of a later exec, nor write, move or unmount the host busybox the init and wrapper run', async () => {
+  it('cannot forge the status or output of a later exec, nor write, move or unmount the host binaries of its exec server and wrapper', async () => {
     const busyboxHash = sha256Of('/bin/busybox');
+    const serverHash = sha256Of(guestAgentBinaryPath());
     await agent.client.createSandbox(spec('forger'));
     try {
       // rm first: /bin/sh is a symlink to the sandbox's busybox, which `false` still needs.
@@ -125,19 +130,30 @@ describe('a sandbox that replaces its own shell', () => {
       const attempts = [
         'echo x > /.dsec/busybox',
         'rm -f /.dsec/busybox',
+        'echo x > /.dsec/guest',
+        'rm -f /.dsec/guest',
         'mv /.dsec /moved',
         'touch /.dsec/planted',
         'chmod 777 /.dsec/busybox',
+        'chmod 777 /.dsec/guest',
         'umount /.dsec/busybox',
+        'umount /.dsec/guest',
         'umount -l /.dsec',
+        'kill -9 1',
       ];
-      const script = `for t in ${attempts.map((attempt) => `'${attempt}'`).join(' ')}; do if (eval "$t") 2>/dev/null; then echo "allowed: $t"; fi; done; tr '\\0' ' ' < /proc/1/cmdline`;
+      // `kill -9 1` and `kill -9 -1` succeed as calls (the signal is sent) and do nothing to PID 1: they are tried, not counted.
+      const script = `for t in ${attempts.map((attempt) => `'${attempt}'`).join(' ')}; do case "$t" in kill*) (eval "$t") 2>/dev/null; continue;; esac; if (eval "$t") 2>/dev/null; then echo "allowed: $t"; fi; done; sleep 0.2; tr '\\0' ' ' < /proc/1/cmdline`;
       const probed = await agent.client.exec('forger', { cmd: ['/bin/busybox', 'sh', '-c', script], timeoutMs: 30_000 });
       expect(probed.exitCode).toBe(0);
       expect(probed.stdout).not.toContain('allowed:');
-      expect(probed.stdout.startsWith('/.dsec/busybox sh -c ')).toBe(true);
+      // kill from inside reaches no PID 1: it is still the exec server.
+      expect(probed.stdout.split('\n').at(-1)).toBe('/.dsec/guest --fds 3,4 ');
       expect(sha256Of('/bin/busybox')).toBe(busyboxHash);
-      // The init is alive and the wrapper still reports true statuses.
+      expect(sha256Of(guestAgentBinaryPath())).toBe(serverHash);
+      // Killing every process it may (all but PID 1 and itself) leaves the server serving.
+      await expect(sh('forger', 'kill -9 -1; echo survived')).resolves.toMatchObject({ stdout: 'forged\n' });
+      await expect(agent.client.exec('forger', { cmd: ['/bin/busybox', 'sh', '-c', 'kill -9 -1; echo survived'] })).resolves.toMatchObject({ exitCode: 0, stdout: 'survived\n' });
+      // The init is alive and the server still reports true statuses.
       await expect(agent.client.exec('forger', { cmd: ['true'] })).resolves.toMatchObject({ exitCode: 0, stdout: '' });
       await expect(agent.client.getSandbox('forger')).resolves.toMatchObject({ status: 'running' });
     } finally {

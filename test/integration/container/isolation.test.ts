@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxSpec } from '../../../core/live.js';
-import { SANDBOX_INIT } from '../../../plugins/backend-container/bundle.js';
+import { EXEC_SERVER_ARGS } from '../../../plugins/backend-container/bundle.js';
 import { TestAgent } from '../../helpers/agent-fixture.js';
 
 let agent: TestAgent;
@@ -34,9 +34,9 @@ afterAll(async () => {
 });
 
 describe('container sandbox isolation', () => {
-  it('runs the sandbox init as PID 1 and sees no host process', async () => {
+  it('runs the exec server as PID 1 and sees no host process', async () => {
     const cmdline = await sh('iso-a', "tr '\\0' ' ' < /proc/1/cmdline");
-    expect(cmdline.stdout).toBe(`${SANDBOX_INIT.join(' ')} `);
+    expect(cmdline.stdout).toBe(`${EXEC_SERVER_ARGS.join(' ')} `);
     const processes = await sh('iso-a', 'ls /proc | grep -c "^[0-9]"');
     expect(Number(processes.stdout.trim())).toBeLessThan(10);
     const agentPid = String(await agent.pid());

@@ -87,9 +87,9 @@ describe('container sandbox limits', () => {
     const result = await agent.client.exec('neighbour', { cmd: ['sleep', '30'], timeoutMs: 500 });
     expect(result).toMatchObject({ timedOut: true, signal: 'SIGKILL' });
     expect(Date.now() - started).toBeLessThan(5_000);
-    // The killed command's sleep is gone; the init's own sleep (the host busybox's applet) is still there.
+    // The killed command's sleep is gone; the init (the exec server) is still there.
     const leftover = await agent.client.exec('neighbour', {
-      cmd: ['/bin/sh', '-c', 'ps -o args > /tmp/ps.txt; grep -c "^sleep 30$" /tmp/ps.txt; grep -c "^/.dsec/busybox sleep " /tmp/ps.txt; true'],
+      cmd: ['/bin/sh', '-c', 'ps -o args > /tmp/ps.txt; grep -c "^sleep 30$" /tmp/ps.txt; grep -c "^/.dsec/guest --fds 3,4" /tmp/ps.txt; true'],
     });
     expect(leftover.stdout).toBe('0\n1\n');
   });

@@ -61,8 +61,10 @@ async function provision(context: SandboxContext): Promise<number> {
   return context.backend.initPid as number;
 }
 
-function exec(context: SandboxContext, cmd: string[], extra: Partial<ExecRequest> = {}) {
-  return dsec.hooks.exec.for(KIND).promise(context, { cmd, timeoutMs: 20_000, ...extra });
+/** The backend's exec tap, its output as text. */
+async function exec(context: SandboxContext, cmd: string[], extra: Partial<ExecRequest> = {}) {
+  const output = await dsec.hooks.exec.for(KIND).promise(context, { cmd, timeoutMs: 20_000, ...extra }, {});
+  return output && { ...output, stdout: output.stdout.toString('utf8'), stderr: output.stderr.toString('utf8') };
 }
 
 const ksmMergeAny = (statText: string) => /^ksm_merge_any: (\w+)$/m.exec(statText)?.[1];

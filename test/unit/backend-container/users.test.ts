@@ -26,9 +26,11 @@ describe('resolveUser', () => {
     await mkdir(path.join(rootfs, 'etc'));
     await writeFile(path.join(rootfs, 'etc/passwd'), 'root:x:0:0::/root:/bin/sh\ndev:x:1000:1000::/home/dev:/bin/sh\n');
     await writeFile(path.join(rootfs, 'etc/group'), 'root:x:0:\ndev:x:1000:\nstaff:x:50:dev\n');
-    expect(await resolveUser(rootfs, 'dev')).toEqual({ uid: 1000, gid: 1000, additionalGids: [50] });
-    expect(await resolveUser(rootfs, 'dev:staff')).toEqual({ uid: 1000, gid: 50 });
-    expect(await resolveUser(rootfs, '1234:5')).toEqual({ uid: 1234, gid: 5 });
+    expect(await resolveUser(rootfs, 'dev')).toEqual({ uid: 1000, gid: 1000, home: '/home/dev', additionalGids: [50] });
+    expect(await resolveUser(rootfs, 'dev:staff')).toEqual({ uid: 1000, gid: 50, home: '/home/dev' });
+    // A bare uid has no passwd entry: HOME is /, as runc sets it.
+    expect(await resolveUser(rootfs, '1234:5')).toEqual({ uid: 1234, gid: 5, home: '/' });
+    expect(await resolveUser(rootfs, 'root')).toEqual({ uid: 0, gid: 0, home: '/root' });
   });
 
   it('never reads the host through a symlinked /etc: an absolute link would resolve against the host root', async () => {

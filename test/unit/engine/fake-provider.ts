@@ -198,6 +198,10 @@ export class FakeProvider implements Provider {
     throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'acquire' });
   }
 
+  async sandboxAgent(): Promise<never> {
+    throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'calls into a sandbox' });
+  }
+
   async renewClaim(): Promise<never> {
     throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend: 'fake', operation: 'renew' });
   }

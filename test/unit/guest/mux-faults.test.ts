@@ -179,18 +179,18 @@ describe('GuestSession against a misbehaving guest', () => {
     session.close();
   });
 
-  it('sends a file above 8 MiB in appended chunks, and a stdin above 4 MiB in chunks one after the other', async () => {
+  it('sends a file above 1 MiB in appended chunks (what the guest holds is charged to the sandbox), and a stdin above 4 MiB in chunks one after the other', async () => {
     const guest = new FakeGuest((request, fake) => {
       if (request.execute === 'dsec-write-file') fake.send({ return: { size: Buffer.from(request.arguments!.data, 'base64').length }, id: request.id });
       else fake.send({ return: {}, id: request.id });
     });
     const session = await open(guest);
-    await session.writeFile('/f', Buffer.alloc(20 * 1024 * 1024, 1), { mode: 0o600, uid: 5, gid: 6 });
+    await session.writeFile('/f', Buffer.alloc(2.5 * 1024 * 1024, 1), { mode: 0o600, uid: 5, gid: 6 });
     const writes = guest.requests.filter((request) => request.execute === 'dsec-write-file').map((request) => request.arguments!);
     expect(writes.map((args) => [Buffer.from(args.data, 'base64').length, args.append ?? false, args.mode, args.uid, args.gid])).toEqual([
-      [8 * 1024 * 1024, false, 0o600, 5, 6],
-      [8 * 1024 * 1024, true, 0o600, 5, 6],
-      [4 * 1024 * 1024, true, 0o600, 5, 6],
+      [1024 * 1024, false, 0o600, 5, 6],
+      [1024 * 1024, true, 0o600, 5, 6],
+      [512 * 1024, true, 0o600, 5, 6],
     ]);
     await Promise.all([session.input('p', Buffer.alloc(9 * 1024 * 1024), true), session.input('p', Buffer.from('after'))]);
     const inputs = guest.requests.filter((request) => request.execute === 'dsec-input').map((request) => [Buffer.from(request.arguments!.data ?? '', 'base64').length, request.arguments!.eof ?? false]);
