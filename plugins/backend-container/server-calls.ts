@@ -5,6 +5,7 @@
  * and user (numeric ids resolved on the host at create time, so a
  * sandbox's own /etc/passwd never decides who a command runs as).
  */
+import { randomBytes } from 'node:crypto';
 import { constants } from 'node:os';
 import {
   DsecError,
@@ -14,6 +15,7 @@ import {
   type ExecRequest,
   type FileContent,
   type GuestSession,
+  type OutputStream,
   type ProcessAnswers,
   type ProcessCall,
   type ReadFileRequest,
@@ -78,48 +80,48 @@ function signalOf(number: number | undefined, timedOut: boolean, exitCode?: numb
 }
 
 /**
- * A command to its end. A plain one is one request (the exec answer). One
- * with a terminal or an open stdin is started under a handle the caller
- * learns at once (`io.onStart`: stdin and resizes reach it by the `process`
- * hook), waited for, then forgotten. A caller that goes away kills it.
+ * Collects what a command streams, for a caller that does not stream
+ * itself. The server always streams (and caps) output rather than keep it:
+ * what it holds is charged to the sandbox's memory, and a command's whole
+ * output held in a small sandbox's server (plus its base64 answer) would
+ * get the server OOM-killed with the sandbox; the agent holds it instead,
+ * as it did for runc exec.
+ */
+class Collected {
+  private readonly parts: Record<OutputStream, Buffer[]> = { stdout: [], stderr: [] };
+  readonly listener = (stream: OutputStream, chunk: Buffer): void => void this.parts[stream].push(chunk);
+  bytes(stream: OutputStream): Buffer {
+    return Buffer.concat(this.parts[stream]);
+  }
+}
+
+/**
+ * A command to its end, as one request to the server, under a handle this
+ * side chooses: the caller learns it at once (`io.onStart`, pid 0 until the
+ * answer says), so stdin, resizes and signals reach a command with an open
+ * stdin or a terminal through the `process` hook while it runs. Its output
+ * is streamed to the caller's listener, or collected here. A caller that
+ * goes away kills it.
  */
 export async function execThroughServer(target: Target, request: ExecRequest, io: ExecIO): Promise<ExecOutput> {
   const { session } = target;
   const timeoutMs = request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
-  if (!request.openStdin && !request.tty && !io.onStart) {
-    const result = await session.exec({ ...processRequest(target, request), timeoutMs }, { ...(io.onOutput ? { onOutput: io.onOutput } : {}), ...(io.signal ? { signal: io.signal } : {}) });
-    return {
-      exitCode: result.exitCode,
-      signal: signalOf(result.signal, result.timedOut, result.exitCode),
-      stdout: result.stdout,
-      stderr: result.stderr,
-      truncated: result.truncated,
-      timedOut: result.timedOut,
-      durationMs: result.durationMs,
-    };
-  }
-  const started = await session.spawn({ ...processRequest(target, request), timeoutMs }, io.onOutput ? { onOutput: io.onOutput } : {});
-  const kill = () => void session.signal(started.handle, SIGNALS.SIGKILL!).catch(() => undefined);
-  io.signal?.addEventListener('abort', kill, { once: true });
-  try {
-    if (io.signal?.aborted) kill();
-    io.onStart?.(started.handle, started.pid);
-    const result = (await session.wait(started.handle))!;
-    const streamed = io.onOutput !== undefined;
-    return {
-      exitCode: result.exitCode,
-      signal: signalOf(result.signal, result.timedOut, result.exitCode),
-      // Streamed output went to the caller already; the server's kept copy is not sent twice.
-      stdout: streamed ? Buffer.alloc(0) : result.stdout,
-      stderr: streamed ? Buffer.alloc(0) : result.stderr,
-      truncated: result.truncated,
-      timedOut: result.timedOut,
-      durationMs: result.durationMs,
-    };
-  } finally {
-    io.signal?.removeEventListener('abort', kill);
-    void session.forget(started.handle).catch(() => undefined);
-  }
+  const handle = `x${randomBytes(8).toString('hex')}`;
+  const collected = io.onOutput ? undefined : new Collected();
+  io.onStart?.(handle, 0);
+  const result = await session.exec(
+    { ...processRequest(target, request, handle), timeoutMs },
+    { onOutput: io.onOutput ?? collected!.listener, ...(io.signal ? { signal: io.signal } : {}) },
+  );
+  return {
+    exitCode: result.exitCode,
+    signal: signalOf(result.signal, result.timedOut, result.exitCode),
+    stdout: collected ? collected.bytes('stdout') : Buffer.alloc(0),
+    stderr: collected ? collected.bytes('stderr') : Buffer.alloc(0),
+    truncated: result.truncated,
+    timedOut: result.timedOut,
+    durationMs: result.durationMs,
+  };
 }
 
 function signalNumber(name: string): number {
@@ -209,16 +211,18 @@ export async function sessionThroughServer(target: Target, call: SessionCall): P
       return { id: opened.handle, pid: opened.pid, shell: opened.shell };
     }
     case 'run': {
+      // Streamed always, collected here unless the caller streams (see Collected).
+      const collected = call.onOutput ? undefined : new Collected();
       const result = await session.runInSession(call.id, call.request.command, {
         timeoutMs: call.request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
         maxOutputBytes: call.request.maxOutputBytes ?? target.defaultCap,
-        ...(call.onOutput ? { onOutput: call.onOutput } : {}),
+        onOutput: call.onOutput ?? collected!.listener,
         ...(call.signal ? { signal: call.signal } : {}),
       });
       return {
         exitCode: result.exitCode,
-        stdout: result.stdout,
-        stderr: result.stderr,
+        stdout: collected ? collected.bytes('stdout') : Buffer.alloc(0),
+        stderr: collected ? collected.bytes('stderr') : Buffer.alloc(0),
         truncated: result.truncated,
         timedOut: result.timedOut,
         interrupted: result.interrupted,
