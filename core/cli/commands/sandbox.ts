@@ -1,13 +1,15 @@
 /**
- * `dsec sandbox ls|exec|snapshot` (read and write: sandbox-files.ts): look at the sandboxes on the agent, run
- * commands in them, and turn one's writable layer into a published layer.
- * exec's exit code is the command's, so scripts can use it directly.
+ * `dsec sandbox ls|snapshot`: look at the sandboxes on the agent and turn one's
+ * writable layer into a published layer. The rest of `dsec sandbox` lives in
+ * its own files: exec/shell/ps/kill (sandbox-exec.ts), acquire/release
+ * (sandbox-claims.ts), read/write (sandbox-files.ts), density.
  */
 import type { Command } from 'commander';
-import { action, collect, parseKeyValues, parsePositiveInt } from '../command.js';
+import { action, collect, parseKeyValues } from '../command.js';
 import { colors, printJson, table } from '../output.js';
 import { registerSandboxClaimCommands } from './sandbox-claims.js';
 import { registerSandboxDensityCommands } from './sandbox-density.js';
+import { registerSandboxExecCommands } from './sandbox-exec.js';
 import { registerSandboxFileCommands } from './sandbox-files.js';
 import { LABEL_FLEET, type SandboxInfo } from '../../live.js';
 import type { LayerKind } from '../../model.js';
@@ -61,43 +63,6 @@ export function registerSandboxCommands(program: Command): void {
     );
 
   sandbox
-    .command('exec')
-    .argument('<id>', 'the sandbox id (see dsec sandbox ls)')
-    .argument('<command...>', 'the command and its arguments; put them after --')
-    .description('Run a command in a sandbox, in its persistent state. Exits with the command\'s exit code.')
-    .option('-t, --timeout <ms>', 'kill the command after this many milliseconds', parsePositiveInt, 60_000)
-    .option('-w, --workdir <dir>', 'working directory inside the sandbox')
-    .option('-e, --env <key=value>', 'extra environment variable (repeatable)', (v: string, p: string[] = []) => [...p, v])
-    .option('--max-output <bytes>', 'cap on captured stdout and stderr, each', parsePositiveInt)
-    .option('-i, --stdin', 'pass this command\'s standard input to the sandbox command')
-    .option('--json', 'print the result (stdout, stderr, exit code, truncation) as JSON')
-    .action(
-      action<{ timeout: number; workdir?: string; env?: string[]; maxOutput?: number; stdin?: boolean; json?: boolean }, [string, string[]]>(
-        async (ctx, flags, id, command) => {
-          const provider = await ctx.connect();
-          const stdin = flags.stdin ? await readStdin() : undefined;
-          const result = await provider.exec(id, {
-            cmd: command,
-            timeoutMs: flags.timeout,
-            workdir: flags.workdir,
-            env: parseKeyValues(flags.env, '--env'),
-            maxOutputBytes: flags.maxOutput,
-            stdin,
-          });
-          if (flags.json) {
-            printJson(result);
-          } else {
-            process.stdout.write(result.stdout);
-            process.stderr.write(result.stderr);
-            if (result.truncated) process.stderr.write(`dsec: output was cut at the capture limit\n`);
-            if (result.timedOut) process.stderr.write(`dsec: the command timed out after ${flags.timeout} ms and was killed\n`);
-          }
-          return result.exitCode ?? (result.timedOut ? 124 : 137);
-        },
-      ),
-    );
-
-  sandbox
     .command('snapshot')
     .argument('<id>', 'the sandbox id (see dsec sandbox ls)')
     .description(
@@ -125,13 +90,8 @@ export function registerSandboxCommands(program: Command): void {
       }),
     );
 
+  registerSandboxExecCommands(sandbox);
   registerSandboxDensityCommands(sandbox);
   registerSandboxClaimCommands(sandbox);
   registerSandboxFileCommands(sandbox);
-}
-
-async function readStdin(): Promise<string | undefined> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return chunks.length ? Buffer.concat(chunks).toString('utf8') : undefined;
 }
