@@ -23,6 +23,7 @@ import {
   type SandboxInfo,
   type SandboxSpec,
 } from '../live.js';
+import { adoptPrevious } from './adopt.js';
 import { ClaimService } from './claim-service.js';
 import { PoolManager, type PlacementRecorder } from './pools.js';
 import { backendHook } from './backend-hooks.js';
@@ -30,10 +31,8 @@ import { NodeDescriber } from './node-info.js';
 import { trackBailer } from './bail-tracker.js';
 import { SandboxCalls } from './calls.js';
 import { ProcessCalls } from './processes.js';
-import { isBuildSandbox } from './build.js';
 import { forEachLimited } from './concurrency.js';
 import { removeTree } from './files.js';
-import { cleanInterrupted } from './layer-admin.js';
 import { LayerService } from './layer-service.js';
 import { PauseControl } from './pause.js';
 import { DEFAULT_REAP_INTERVAL_MS, Reaper, reapViewOf, type ReapDecision, type ReapView } from './reaper.js';
@@ -141,48 +140,18 @@ export class NodeAgent {
   // ------------------------------------------------------------------ start
 
   /**
-   * Take over what a previous agent left: running sandboxes are re-adopted,
-   * ones whose processes are gone are kept as `stopped` (so refresh sees the
-   * drift), and creates that never finished are cleaned up.
+   * Take over what a previous agent left (adopt.ts), then start the reaper
+   * and the pools' refills.
    */
   async start(): Promise<void> {
-    await mkdir(this.store.dir, { recursive: true, mode: 0o700 });
-    const { records, orphans, unreadable } = await this.store.readAll();
-    const adopted: string[] = [];
-    const stopped: string[] = [];
-    const cleaned: string[] = [];
-    for (const { dir, error } of unreadable) this.log.warn(`ignoring ${dir}: unreadable record: ${error}`);
-    for (const dir of orphans) {
-      await removeTree(dir).catch((error: Error) => this.log.warn(`could not remove ${dir}: ${error.message}`));
-    }
-    await this.pools.load();
-    for (const entry of records) {
-      const id = entry.ctx.spec.id;
-      // An unfinished create is cleaned up; so is an unfinished recycle (its release was answered, or never will be).
-      if (entry.ctx.status === 'creating' || entry.recycling) {
-        this.store.add(entry);
-        await this.teardown(entry).then(
-          () => cleaned.push(id),
-          (error: Error) => this.log.warn(`sandbox ${id}: cleaning up an unfinished create failed: ${error.message}`),
-        );
-        continue;
-      }
-      this.store.add(entry);
-      if (entry.ctx.status === 'failed') continue;
-      await this.probe(entry, { force: true });
-      (entry.ctx.status === 'stopped' ? stopped : adopted).push(id);
-    }
-    // A layer build never outlives its agent: its sandbox goes, and the next apply builds again.
-    for (const entry of this.store.all().filter((candidate) => isBuildSandbox(candidate.ctx.spec))) {
-      await this.teardown(entry).then(
-        () => cleaned.push(entry.ctx.spec.id),
-        (error: Error) => this.log.warn(`sandbox ${entry.ctx.spec.id}: removing an interrupted layer build failed: ${error.message}`),
-      );
-    }
-    await cleanInterrupted(this.dsec.hooks, this.node).then(
-      (released) => cleaned.push(...released),
-      (error: Error) => this.log.warn(`cleaning up interrupted layer listings and snapshots failed: ${error.message}`),
-    );
+    const { adopted, stopped, cleaned } = await adoptPrevious({
+      dsec: this.dsec,
+      node: this.node,
+      store: this.store,
+      pools: this.pools,
+      teardown: (entry) => this.teardown(entry),
+      probe: (entry) => this.probe(entry, { force: true }),
+    });
     // The storage plugin opens its store now: its format (or why it fell back to trees) is in the log from the start.
     await this.describer.storageSummary().catch((error: Error) => this.log.warn(`the storage plugin could not open its store: ${error.message}`));
     this.log.info(
