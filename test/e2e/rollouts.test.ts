@@ -108,6 +108,16 @@ describe('rollouts on a warm pool through the CLI', () => {
     expect(again.stdout).toContain('fleet.swe: 1 claimed sandbox(es) run an earlier spec');
   });
 
+  it('scales down past the claimed sandbox: only ready ones go, the rollout keeps its own', async () => {
+    project.write('dsec.yaml', CONFIG('2.0.0').replace('replicas: 2', 'replicas: 1'));
+    const applied = await project.run(['apply', '--auto-approve']);
+    expect(applied.code, applied.stderr + applied.stdout).toBe(0);
+    expect(applied.stdout).toMatch(/-1 destroy/);
+    const list = await until('one ready beside the claimed one', (all) => ready(all).length === 1 && all.length === 2);
+    expect(list.find((s) => s.id === held)).toMatchObject({ status: 'running', claim: { holder: 'trainer-1/r0' } });
+    expect((await project.run(['sandbox', 'exec', held, '--', 'cat', '/VERSION'])).stdout).toBe('v1\n');
+  });
+
   it('refuses to destroy while a rollout holds a sandbox, naming the holder, and destroys with --replace-claimed', async () => {
     const refused = await project.run(['destroy', '--auto-approve']);
     expect(refused.code).toBe(1);

@@ -136,6 +136,36 @@ describe('a warm pool on one node', () => {
     await agent.client.deletePool('lapse', LINEAGE);
   }, 60_000);
 
+  it('a release racing the reaper at the claim\'s expiry: each sandbox is recycled once, by one of them, and the pool ends full', async () => {
+    const size = 6;
+    await agent.client.setPool(pool('race-reaper', size));
+    await waitFor(`${size} ready`, () => readyCount('race-reaper'), (n) => n === size);
+    const held = await Promise.all(Array.from({ length: size }, (_, i) => agent.client.acquire('race-reaper', { holder: `h${i}`, ttlSeconds: 1 })));
+    // Release each one around its expiry, while the reaper (every 200 ms) is after it too.
+    const outcomes = await Promise.all(
+      held.map(async (sandbox, i) => {
+        await sleep(Date.parse(sandbox.claim!.expiresAt!) - Date.now() - 150 + i * 60);
+        return agent.client.release(sandbox.id, { holder: `h${i}` }).then(
+          (result) => ({ id: sandbox.id, recycled: result.recycled }),
+          (error: { code?: string }) => ({ id: sandbox.id, code: error.code }),
+        );
+      }),
+    );
+    // The reaper won where the release found the claim gone: nothing else is an answer.
+    for (const outcome of outcomes) {
+      if ('code' in outcome) expect(['DSEC_SANDBOX_NOT_FOUND', 'DSEC_SANDBOX_NOT_CLAIMED']).toContain(outcome.code);
+      else expect(outcome.recycled).toBe(true);
+    }
+    const final = await waitFor('the pool full again', () => poolInfo('race-reaper'), (info) => info.counts.ready === size && info.counts.claimed === 0 && info.counts.creating === 0);
+    const live = await members('race-reaper');
+    expect(live).toHaveLength(size);
+    expect(live.filter((s) => held.some((h) => h.id === s.id))).toEqual([]);
+    expect(live.every((s) => s.status === 'running' && !s.claim && !s.kept)).toBe(true);
+    expect(final.counts).toMatchObject({ ready: size, claimed: 0 });
+    expect(agent.logText()).not.toMatch(/race-reaper-[a-z0-9]{8}: (destroy|cleaning up).* failed/);
+    await agent.client.deletePool('race-reaper', LINEAGE);
+  }, 90_000);
+
   it('refuses calls and renewals naming a holder that does not hold the sandbox, and lists a holder\'s sandboxes', async () => {
     await agent.client.setPool(pool('holder', 2));
     await waitFor('2 ready', () => readyCount('holder'), (n) => n === 2);

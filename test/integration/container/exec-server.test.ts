@@ -181,4 +181,18 @@ describe('sessions', () => {
     await sh.close();
     expect((await dsec.sessions(ID)).map((entry) => entry.id)).not.toContain(sh.id);
   });
+
+  it('run side by side in one sandbox, each with its own state, and stream binary output unchanged', async () => {
+    const [one, two] = await Promise.all([dsec.session(ID), dsec.session(ID)]);
+    expect(one.id).not.toBe(two.id);
+    await Promise.all([one.run('cd /tmp && X=one'), two.run('cd / && X=two')]);
+    const [a, b] = await Promise.all([one.run('sleep 0.3; echo "$X $(pwd)"'), two.run('sleep 0.3; echo "$X $(pwd)"')]);
+    expect([a.stdout, b.stdout]).toEqual(['one /tmp\n', 'two /\n']);
+    const chunks: Buffer[] = [];
+    await one.run("awk 'BEGIN { for (i = 0; i < 256; i++) printf \"%c\", i }'", { onStdout: (chunk) => chunks.push(chunk) });
+    const bytes = Buffer.concat(chunks);
+    expect(bytes.length).toBe(256);
+    expect([...bytes]).toEqual(Array.from({ length: 256 }, (_, i) => i));
+    await Promise.all([one.close(), two.close()]);
+  });
 });
