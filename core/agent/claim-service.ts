@@ -36,7 +36,13 @@ export class ClaimService {
 
   /** Take a ready sandbox of the fleet's pool (`{holder, ttlSeconds?, labels?, waitMs?, lineage?}`), waiting up to waitMs. */
   async acquire(fleet: string, input: unknown, signal?: AbortSignal): Promise<SandboxInfo> {
-    const entry = await this.host.pools.acquire(fleet, checkAcquireRequest(input), signal);
+    const request = checkAcquireRequest(input);
+    // A backend that runs tasks (invoke) keeps its sandboxes as workers any task may use: one cannot be held.
+    const { backend } = this.host.pools.specOf(fleet, request.lineage).template;
+    if (this.host.dsec.hooks.invoke.get(backend)?.isUsed()) {
+      throw new DsecError('DSEC_BACKEND_UNSUPPORTED', { backend, operation: `acquire: fleet ${fleet}'s sandboxes are workers for invoke (dsec fn invoke), shared by its tasks` });
+    }
+    const entry = await this.host.pools.acquire(fleet, request, signal);
     this.host.pools.sandboxChanged(entry);
     return toInfo(entry);
   }

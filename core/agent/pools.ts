@@ -224,6 +224,11 @@ export class PoolManager {
 
   // ------------------------------------------------------------------ inside
 
+  /** The record of a fleet's pool here; DSEC_POOL_NOT_FOUND or DSEC_POOL_AMBIGUOUS as for an acquire. */
+  specOf(fleet: string, lineage: string | undefined): PoolSpec {
+    return this.find(fleet, lineage).spec;
+  }
+
   private find(fleet: string, lineage: string | undefined): Pool {
     const candidates = [...this.pools.values()].filter((pool) => pool.spec.fleet === fleet && (lineage === undefined || pool.spec.lineage === lineage));
     if (candidates.length === 1) return candidates[0];

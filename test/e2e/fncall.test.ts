@@ -40,6 +40,15 @@ describe('an FnCall fleet through the CLI', () => {
     expect(missing.stderr).toContain("runtime python3 is not in the fleet's environment");
   });
 
+  it('refuses to hand a worker out to one holder: any task may use it', async () => {
+    const acquired = await project.run(['sandbox', 'acquire', 'tools', '--holder', 'someone']);
+    expect(acquired.code).toBe(1);
+    expect(acquired.stderr).toContain('[DSEC_BACKEND_UNSUPPORTED]');
+    expect(acquired.stderr).toContain("fleet tools's sandboxes are workers for invoke");
+    const listed = await project.json<{ claim?: unknown }[]>(['sandbox', 'ls', '--fleet', 'tools']);
+    expect(listed.filter((s) => s.claim)).toEqual([]);
+  });
+
   it("refuses bad backendOptions at plan time, located at the field", async () => {
     const original = project.read('dsec.yaml');
     try {
