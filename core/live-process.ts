@@ -72,7 +72,7 @@ export type ProcessCall =
   | { readonly op: 'signal'; readonly handle: string; readonly signal: string }
   /** A terminal process's window size. */
   | { readonly op: 'resize'; readonly handle: string; readonly rows: number; readonly cols: number }
-  /** Until it exits (undefined at `timeoutMs` first), with the output kept. */
+  /** Until it exits, with the output kept; `{ running: true }` when `timeoutMs` came first (never undefined: that means no tap answered). */
   | { readonly op: 'wait'; readonly handle: string; readonly timeoutMs?: number; readonly signal?: AbortSignal }
   | { readonly op: 'get'; readonly handle: string }
   | { readonly op: 'list' }
@@ -84,7 +84,7 @@ export interface ProcessAnswers {
   readonly input: true;
   readonly signal: true;
   readonly resize: true;
-  readonly wait: ExecOutput | undefined;
+  readonly wait: ExecOutput | { readonly running: true };
   readonly get: ProcessSnapshot;
   readonly list: ProcessSummary[];
   readonly forget: true;

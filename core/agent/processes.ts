@@ -133,7 +133,7 @@ export class ProcessCalls {
       refuse(`timeoutMs must be a whole number from 0 to ${MAX_EXEC_TIMEOUT_MS}`);
     }
     const output = await this.process(id, { op: 'wait', handle, ...(timeoutMs !== undefined ? { timeoutMs: timeoutMs as number } : {}), ...(signal ? { signal } : {}) }, holderOf(body));
-    return output === undefined ? { running: true } : execResult(output, encodingOf(body.encoding));
+    return 'running' in output ? { running: true } : execResult(output, encodingOf(body.encoding));
   }
 
   async get(idInput: unknown, handleInput: unknown, query: { encoding?: string | null; holder?: string | null }): Promise<ProcessSnapshotJson> {

@@ -150,7 +150,7 @@ export async function processThroughServer(target: Target, call: ProcessCall): P
       return true;
     case 'wait': {
       const result = await waitAborted(session.wait(call.handle, call.timeoutMs), call.signal);
-      if (!result) return undefined;
+      if (!result) return { running: true };
       return {
         exitCode: result.exitCode,
         signal: signalOf(result.signal, result.timedOut, result.exitCode),

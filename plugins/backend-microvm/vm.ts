@@ -1,16 +1,15 @@
 /**
  * The life of one microVM: boot, pause to a file, resume from it, probe,
- * destroy. A running VM's qemu process and guest agent connection are kept
- * in memory (LiveVms); `sandbox.backend` (persisted by the agent) keeps what
- * a restarted agent needs to find them again: the machine's command line,
- * and the pidfile and sockets in the sandbox's folder.
+ * destroy. A running VM's qemu process and its guest agent session
+ * (guest.ts) are kept in memory (`live`); `sandbox.backend` (persisted by
+ * the agent) keeps what a restarted agent needs to find them again: the
+ * machine's command line, and the pidfile and sockets in the sandbox's folder.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import {
   DsecError,
-  GuestAgentClient,
   INCOMING_DEFER,
   QemuProcess,
   restoreVmFromFile,
@@ -18,10 +17,12 @@ import {
   spawnPrefix,
   tailOf,
   type BackendProbe,
+  type GuestSession,
   type SandboxContext,
 } from '../../core/plugin-api.js';
 import type { AssetCache } from './assets.js';
 import { pluginDir } from './assets.js';
+import { GuestLink, openGuestSession } from './guest.js';
 import { DEFAULT_PATH, INIT_DONE_MARKER, INIT_FAILED_PREFIX } from './guest-init.js';
 import { layerImages } from './layer-images.js';
 import { machineArgs, vcpusFor } from './machine.js';
@@ -32,7 +33,7 @@ const execFileAsync = promisify(execFile);
 
 /** How long a resumed guest's agent has to answer again (it was running when saved: no boot). */
 const RESUME_AGENT_TIMEOUT_MS = 15_000;
-/** How long a call waits to reconnect to a running guest's agent. */
+/** How long a call waits to reconnect to a running guest's agent (a new sync and hello). */
 const RECONNECT_TIMEOUT_MS = 10_000;
 const CONSOLE_LINES = 12;
 
@@ -51,9 +52,8 @@ export interface MicrovmRecord {
 }
 
 interface LiveVm {
-  qemu: QemuProcess;
-  guest?: GuestAgentClient;
-  connecting?: Promise<GuestAgentClient>;
+  readonly qemu: QemuProcess;
+  readonly guest: GuestLink;
 }
 
 /** The running VMs of this process, by sandbox folder. */
@@ -94,11 +94,12 @@ export async function provisionVm(assets: AssetCache, options: ResolvedPluginOpt
   const qemu = await startQemu(sandbox, record, paths, false);
   setRecord(sandbox, { ...record, pid: qemu.pid, handle: handleOf(qemu.pid, record.accel) });
   try {
-    const guest = await waitForAgent(sandbox, qemu, paths, options.bootTimeoutMs);
+    const session = await waitForAgent(sandbox, qemu, paths, options.bootTimeoutMs);
+    live.set(sandbox.dir, { qemu, guest: linkOf(sandbox, session) });
     await settle(sandbox, qemu);
-    live.set(sandbox.dir, { qemu, guest });
     sandbox.node.log.debug(`microvm ${sandbox.spec.id}: booted in ${Date.now() - started} ms (${record.accel})`);
   } catch (error) {
+    forget(sandbox.dir);
     await qemu.kill().catch(() => undefined);
     throw error;
   }
@@ -115,9 +116,9 @@ async function settle(sandbox: SandboxContext, qemu: QemuProcess): Promise<void>
 }
 
 /** Wait for the guest agent to answer, failing fast when qemu exits first (a panic, a failed /init). */
-async function waitForAgent(sandbox: SandboxContext, qemu: QemuProcess, paths: MicrovmPaths, timeoutMs: number): Promise<GuestAgentClient> {
+async function waitForAgent(sandbox: SandboxContext, qemu: QemuProcess, paths: MicrovmPaths, timeoutMs: number): Promise<GuestSession> {
   const id = sandbox.spec.id;
-  const connecting = GuestAgentClient.connect(paths.agentSocket, { timeoutMs, id });
+  const connecting = openGuestSession(paths.agentSocket, id, timeoutMs);
   let watching = true;
   const exited = (async () => {
     while (watching) {
@@ -129,7 +130,7 @@ async function waitForAgent(sandbox: SandboxContext, qemu: QemuProcess, paths: M
   try {
     const first = await Promise.race([connecting.then((client) => ({ client })), exited.then((gone) => ({ gone }))]);
     if ('client' in first) return first.client;
-    connecting.then((client) => client.close(), () => undefined); // gave up on it: never left open
+    connecting.then((session) => session.close(), () => undefined); // gave up on it: never left open
   } catch {
     // no answer within the boot timeout
   } finally {
@@ -189,7 +190,7 @@ async function liveVm(sandbox: SandboxContext): Promise<LiveVm | undefined> {
   const paths = microvmPaths(sandbox.dir);
   const adopted = await QemuProcess.adopt(paths.qemu);
   if (!adopted || !(await finishInterruptedPause(sandbox, adopted, paths))) return undefined;
-  const vm = { qemu: adopted };
+  const vm = { qemu: adopted, guest: new GuestLink(paths.agentSocket, sandbox.spec.id) };
   live.set(sandbox.dir, vm);
   return vm;
 }
@@ -225,20 +226,26 @@ async function finishInterruptedPause(sandbox: SandboxContext, qemu: QemuProcess
 
 function forget(dir: string): void {
   const vm = live.get(dir);
-  vm?.guest?.close();
+  vm?.guest.close();
   live.delete(dir);
 }
 
-/** The guest agent of a running VM, connected (again) when needed. DSEC_GUEST_UNREACHABLE when it does not answer. */
-export async function guestOf(sandbox: SandboxContext): Promise<GuestAgentClient> {
+/** A VM's link to its guest agent, holding the session the boot or resume opened. */
+function linkOf(sandbox: SandboxContext, session: GuestSession): GuestLink {
+  const link = new GuestLink(microvmPaths(sandbox.dir).agentSocket, sandbox.spec.id);
+  link.adopt(session);
+  return link;
+}
+
+/**
+ * The guest agent session of a running VM, opened (again) when needed: after
+ * an agent restart, a resume, or a session that failed. DSEC_GUEST_UNREACHABLE
+ * when the guest does not answer.
+ */
+export async function guestOf(sandbox: SandboxContext): Promise<GuestSession> {
   const vm = await liveVm(sandbox);
   if (!vm) throw new Error('its qemu process is gone');
-  if (vm.guest && !vm.guest.closed) return vm.guest;
-  vm.connecting ??= GuestAgentClient.connect(microvmPaths(sandbox.dir).agentSocket, { timeoutMs: RECONNECT_TIMEOUT_MS, id: sandbox.spec.id }).finally(
-    () => (vm.connecting = undefined),
-  );
-  vm.guest = await vm.connecting;
-  return vm.guest;
+  return vm.guest.get(RECONNECT_TIMEOUT_MS);
 }
 
 /** The qemu pid of a running VM (for usage), or undefined. */
@@ -259,8 +266,8 @@ export async function pauseVm(sandbox: SandboxContext): Promise<void> {
   const vm = await liveVm(sandbox);
   if (!record || !vm) throw new Error('it is not running (no qemu process)');
   const paths = microvmPaths(sandbox.dir);
-  vm.guest?.close();
-  vm.guest = undefined;
+  // Nothing in flight while it is saved; the resumed guest gets a new session (its background processes and sessions stay).
+  vm.guest.close();
   const qmp = await vm.qemu.qmp();
   try {
     await saveVmToFile(qmp, paths.stateFile);
@@ -285,12 +292,13 @@ export async function resumeVm(sandbox: SandboxContext): Promise<void> {
   const qemu = await startQemu(sandbox, record, paths, true);
   try {
     await restoreVmFromFile(await qemu.qmp(), paths.stateFile);
-    const guest = await GuestAgentClient.connect(paths.agentSocket, { timeoutMs: RESUME_AGENT_TIMEOUT_MS, id: sandbox.spec.id });
-    live.set(sandbox.dir, { qemu, guest });
+    const session = await openGuestSession(paths.agentSocket, sandbox.spec.id, RESUME_AGENT_TIMEOUT_MS);
+    live.set(sandbox.dir, { qemu, guest: linkOf(sandbox, session) });
     await settle(sandbox, qemu);
-    await setGuestClock(sandbox, guest);
+    await setGuestClock(sandbox, session);
   } catch (error) {
     // The saved state stays: the sandbox is still paused and a later resume may succeed.
+    forget(sandbox.dir);
     await qemu.kill().catch(() => undefined);
     throw error;
   }
@@ -305,7 +313,7 @@ export async function resumeVm(sandbox: SandboxContext): Promise<void> {
  * guest's own `date` (a layer without one keeps the lagging clock); the
  * monotonic clocks are left alone, as after any suspend.
  */
-async function setGuestClock(sandbox: SandboxContext, guest: GuestAgentClient): Promise<void> {
+async function setGuestClock(sandbox: SandboxContext, guest: GuestSession): Promise<void> {
   const now = `@${Math.round(Date.now() / 1000)}`;
   const set = await guest.exec({ path: 'date', args: ['-u', '-s', now], env: { PATH: DEFAULT_PATH }, timeoutMs: 5000, maxOutputBytes: 4096 }).catch((error: Error) => error);
   if (set instanceof Error || set.exitCode !== 0) {

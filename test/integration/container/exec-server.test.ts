@@ -127,6 +127,8 @@ describe('background commands', () => {
     await sleep(300);
     expect(await handle.output()).toMatchObject({ running: true, stdout: 'start\n' });
     expect((await dsec.processes(ID)).find((entry) => entry.handle === handle.handle)).toMatchObject({ running: true, command: ['sh', '-c', expect.any(String)] });
+    // A wait that runs out first says it still runs: not an error.
+    await expect(handle.wait({ timeoutMs: 50 })).resolves.toBeUndefined();
     const result = await handle.wait();
     expect(result).toMatchObject({ exitCode: 3, stdout: 'start\nend\n' });
     await handle.forget();
