@@ -13,6 +13,8 @@ export {
 /** dsec-guest's async mode (protocol 2): many calls at once on one connection, background processes, terminals, sessions (see mux.ts). */
 export { GuestSession, type GuestSessionOptions } from './mux.js';
 export { openFifoTransport, openSocketTransport, type GuestTransport } from './mux-transport.js';
+/** The exec, process and session hooks answered over a GuestSession (the container and microVM backends). */
+export { execOnGuest, guestProcessRequest, processOnGuest, sessionOnGuest, signalOf as guestSignalName, type GuestCallTarget, type GuestPlace } from './hook-calls.js';
 export {
   GUEST_FILE_CHUNK,
   MAX_GUEST_INPUT_CHUNK,

@@ -50,7 +50,10 @@ import {
   type SandboxCgroups,
   type SandboxContext,
   type SandboxUsage,
+  execOnGuest,
   guestAgentBinaryPath,
+  processOnGuest,
+  sessionOnGuest,
   spawnPrefix,
 } from '../../core/plugin-api.js';
 import { bundleConfig, cpuShares, CPU_PERIOD_US, HOST_BUSYBOX, SANDBOX_PRIVATE_DIR } from './bundle.js';
@@ -63,7 +66,7 @@ import { buildMountPointLayer, checkContainerShape, mountPointsOf } from './shap
 import { findRuntime, makeFifos, runRuntime, runRuntimeOk, startDetached, type Runtime, type RuntimeName } from './runtime.js';
 import { readSandboxFile, writeSandboxFile } from './files.js';
 import { ExecServers, execServerFifos, execServerOf, type ExecServerRecord } from './exec-server.js';
-import { execThroughServer, processThroughServer, readThroughServer, sessionThroughServer, writeThroughServer } from './server-calls.js';
+import { readThroughServer, serverTarget, writeThroughServer } from './server-calls.js';
 import { snapshotContainer } from './snapshot.js';
 import { setCpuIdle, withCpuIdleLifted } from './traits.js';
 import { readUsage } from './usage.js';
@@ -140,17 +143,17 @@ export default function backendContainer(options: BackendContainerOptions = {}):
       /** The sandbox's exec server, ready to call; undefined: fall back to runc exec and the native helper. */
       const serverOf = async (sandbox: SandboxContext) => {
         const session = await servers.tryGet(sandbox);
-        return session && { sandbox, session, user: execServerOf(sandbox)!.user, defaultCap };
+        return session && serverTarget(sandbox, session, execServerOf(sandbox)!.user, defaultCap);
       };
-      const mustServer = async (sandbox: SandboxContext) => ({ sandbox, session: await servers.get(sandbox), user: execServerOf(sandbox)!.user, defaultCap });
+      const mustServer = async (sandbox: SandboxContext) => serverTarget(sandbox, await servers.get(sandbox), execServerOf(sandbox)!.user, defaultCap);
       dsec.hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request, io) =>
         failAs('exec', sandbox, async () => {
           const target = await serverOf(sandbox);
-          return target ? execThroughServer(target, request, io) : exec(getRuntime(), sandbox, request, io, options.defaultOutputCapBytes);
+          return target ? execOnGuest(target, request, io) : exec(getRuntime(), sandbox, request, io, options.defaultOutputCapBytes);
         }),
       );
-      dsec.hooks.process.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a command in', sandbox, async () => processThroughServer(await mustServer(sandbox), call)));
-      dsec.hooks.session.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a session in', sandbox, async () => sessionThroughServer(await mustServer(sandbox), call)));
+      dsec.hooks.process.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a command in', sandbox, async () => processOnGuest(await mustServer(sandbox), call)));
+      dsec.hooks.session.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a session in', sandbox, async () => sessionOnGuest(await mustServer(sandbox), call)));
       dsec.hooks.update.for(BACKEND_KIND).tapPromise(tap, (sandbox, resources) =>
         failAs('update', sandbox, () => update(getRuntime(), sandbox, resources)),
       );

@@ -7,9 +7,11 @@
  * PID 1 answering on a virtio-serial port.
  *
  *   provision  layer images -> qemu (machine.ts) -> wait for the guest agent (vm.ts)
- *   exec/files through the guest agent's session (guest.ts: protocol 2, many calls at once;
- *              calls.ts): streamed output, abort, open stdin, terminals
- *   process, session  background commands and persistent shells in the guest agent (processes.ts)
+ *   exec/files through the guest agent's session (guest.ts: protocol 2, many calls at once):
+ *              streamed output, abort, open stdin, terminals (the plugin API's execOnGuest;
+ *              files and who a command runs as in calls.ts)
+ *   process, session  background commands and persistent shells in the guest agent
+ *              (processOnGuest, sessionOnGuest)
  *   probe      qemu alive: running; saved state and no qemu: paused; else stopped
  *   pause      QMP stop + migrate to vm.state + quit: the VM's memory is then on disk
  *   resume     qemu -incoming defer + migrate-incoming + cont, a new guest session (sync + hello)
@@ -21,10 +23,13 @@
  */
 import {
   DsecError,
+  execOnGuest,
   failAsBackend,
   findOnPath,
   IDLE_VM_USAGE,
+  processOnGuest,
   qemuUsage,
+  sessionOnGuest,
   STAGE,
   type Dsec,
   type DsecPlugin,
@@ -32,9 +37,8 @@ import {
   type SandboxUsage,
 } from '../../core/plugin-api.js';
 import { AssetCache } from './assets.js';
-import { execInVm, readFileInVm, targetOf, writeFileInVm } from './calls.js';
+import { readFileInVm, targetOf, writeFileInVm } from './calls.js';
 import { BACKEND_KIND, PLUGIN_NAME, pluginOptions, sandboxOptions, type BackendMicrovmOptions, type MicrovmSandboxOptions } from './options.js';
-import { processInVm, sessionInVm } from './processes.js';
 import { checkMicrovmFleets } from './validate.js';
 import { destroyVm, pauseVm, probeVm, provisionVm, resumeVm, runningPid } from './vm.js';
 
@@ -60,9 +64,9 @@ export default function backendMicrovm(raw: BackendMicrovmOptions = {}): DsecPlu
         }),
       );
       const target = (sandbox: SandboxContext) => targetOf(sandbox, options.defaultOutputCapBytes);
-      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request, io) => failAs('exec', sandbox, async () => execInVm(await target(sandbox), request, io)));
-      hooks.process.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a command in', sandbox, async () => processInVm(await target(sandbox), call)));
-      hooks.session.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a session in', sandbox, async () => sessionInVm(await target(sandbox), call)));
+      hooks.exec.for(BACKEND_KIND).tapPromise(tap, (sandbox, request, io) => failAs('exec', sandbox, async () => execOnGuest(await target(sandbox), request, io)));
+      hooks.process.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a command in', sandbox, async () => processOnGuest(await target(sandbox), call)));
+      hooks.session.for(BACKEND_KIND).tapPromise(tap, (sandbox, call) => failAs('run a session in', sandbox, async () => sessionOnGuest(await target(sandbox), call)));
       hooks.readFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) => failAs('read a file in', sandbox, async () => readFileInVm(await target(sandbox), request)));
       hooks.writeFile.for(BACKEND_KIND).tapPromise(tap, (sandbox, request) => failAs('write a file in', sandbox, async () => writeFileInVm(await target(sandbox), request)));
       hooks.probe.for(BACKEND_KIND).tapPromise(tap, (sandbox) => failAs('probe', sandbox, () => probeVm(sandbox)));

@@ -70,17 +70,30 @@ describe('the exec channel under attack from inside', () => {
       dsec.exec('ch-flood', ['yes'], { background: true, maxOutputBytes: 65536 }),
       dsec.exec('ch-flood', ['sh', '-c', 'yes > /dev/null'], { background: true }),
     ]);
-    const streamed = dsec.exec('ch-flood', ['sh', '-c', 'yes | head -c 50000000'], { onStdout: () => undefined, maxOutputBytes: 32 * 1024 * 1024 });
+    // A streamed flood that never ends by itself: the calls below must be answered while it runs, not after it.
+    const giveUp = new AbortController();
+    let streamedBytes = 0;
+    let settled = false;
+    const streamed = dsec
+      .exec('ch-flood', ['yes'], { onStdout: (chunk) => (streamedBytes += chunk.length), maxOutputBytes: 32 * 1024 * 1024, signal: giveUp.signal })
+      .then(
+        () => 'ended',
+        () => 'aborted',
+      )
+      .finally(() => (settled = true));
+    while (streamedBytes < 1_000_000) await sleep(20);
     const times: number[] = [];
     for (let i = 0; i < 20; i++) {
       const started = performance.now();
       expect((await dsec.exec('ch-flood', ['true'])).exitCode).toBe(0);
       times.push(performance.now() - started);
     }
+    expect(settled).toBe(false);
+    giveUp.abort();
+    expect(await streamed).toBe('aborted');
     times.sort((a, b) => a - b);
-    // The flood runs on one sandbox's half CPU; calls beside it still answer within a fraction of a second.
-    expect(times[10]!).toBeLessThan(250);
-    expect((await streamed).truncated).toBe(true);
+    // Not a benchmark (bench/exec.ts is): a call queued behind the flood would take seconds, not this.
+    expect(times[10]!).toBeLessThan(1000);
     for (const flood of floods) await flood.forget();
     await agent.client.destroySandbox('ch-flood');
   }, 60_000);
