@@ -13,6 +13,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readPlacements } from '../../../providers/cluster/registry.js';
 import type { ClusterProvider } from '../../../providers/cluster/index.js';
+import { DsecClient } from '../../../core/sdk/index.js';
 import { CliCluster, KEYS, sleep } from './cli-cluster.js';
 
 let cluster: CliCluster;
@@ -73,6 +74,25 @@ describe('warm pools on a cluster', () => {
     const after = await readPlacements(await cluster.client(), KEYS);
     for (const info of got) expect(after.has(info.id)).toBe(false);
     await until('4 left', fleetSandboxes, (list) => list.length === 4 && list.every((s) => !s.claim));
+  }, 120_000);
+
+  it('drives an acquired sandbox on its node through the SDK: streamed output, a session, a background command', async () => {
+    const dsec = new DsecClient(provider);
+    const sandbox = await dsec.acquire('swe', { holder: 'sdk-rollout', waitMs: 30_000 });
+    const chunks: string[] = [];
+    const streamed = await dsec.exec(sandbox.id, ['sh', '-c', 'echo one; sleep 0.5; echo two'], { onStdout: (chunk) => chunks.push(chunk.toString()) });
+    expect(streamed.stdout).toBe('one\ntwo\n');
+    expect(chunks.length).toBeGreaterThanOrEqual(2);
+    const sh = await dsec.session(sandbox.id);
+    await sh.run('cd /tmp && export ROLLOUT=7');
+    await expect(sh.run('echo "$ROLLOUT $(pwd)"')).resolves.toMatchObject({ exitCode: 0, stdout: '7 /tmp\n' });
+    const background = await dsec.exec(sandbox.id, ['sleep', '60'], { background: true });
+    expect((await dsec.processes(sandbox.id)).map((p) => p.handle)).toContain(background.handle);
+    await background.kill();
+    await expect(background.wait()).resolves.toMatchObject({ signal: 'SIGKILL' });
+    await sh.close();
+    expect(await dsec.release(sandbox.id, { holder: 'sdk-rollout' })).toMatchObject({ recycled: true });
+    await until('4 left', fleetSandboxes, (list) => list.length === 4 && list.every((s) => !s.claim && s.status === 'running'));
   }, 120_000);
 
   it('loses a dead node\'s share until the next apply, which makes it up on the node that is left', async () => {
