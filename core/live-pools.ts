@@ -6,7 +6,8 @@
  * the pool's template. The engine sets each node's pool record at apply.
  */
 import { createHash } from 'node:crypto';
-import type { SandboxInfo, SandboxSpec } from './live.js';
+import type { KeptMark, LayerRecord, NodeInfo, SandboxInfo, SandboxSpec } from './live-sandboxes.js';
+
 import { canonicalJson } from './util/canonical-json.js';
 
 /** What `PUT /v1/pools/:fleet` takes: one fleet's pool on one node. */
@@ -86,13 +87,17 @@ export interface RenewRequest {
   readonly ttlSeconds: number;
 }
 
-/** A sandbox released with `keep`: used, not handed out again by acquire. */
-export interface KeptMark {
-  readonly holder: string;
-  readonly releasedAt: string;
-}
 
 /** What tells two pool templates apart: sha256 (hex) of the template's canonical JSON. */
 export function poolTemplateDigest(template: Omit<SandboxSpec, 'id'>): string {
   return createHash('sha256').update(canonicalJson(template)).digest('hex');
+}
+
+/** What refresh reads from the provider: every layer, node and sandbox it can see, and the nodes' pool records. */
+export interface LiveView {
+  readonly nodes: readonly NodeInfo[];
+  readonly layers: readonly LayerRecord[];
+  readonly sandboxes: readonly SandboxInfo[];
+  /** Each node's pool records (absent from a provider that keeps none: the planner then sets none). */
+  readonly pools?: readonly PoolInfo[];
 }

@@ -4,13 +4,11 @@
  * the agent encodes them for its callers), and the JSON shapes the agent's
  * API carries them in.
  */
-import type { ExecRequest } from './live.js';
+import type { ExecRequest, OutputEncoding } from './live-sandboxes.js';
+
 
 export type OutputStream = 'stdout' | 'stderr';
 export type OutputListener = (stream: OutputStream, chunk: Buffer) => void;
-
-/** How a caller wants command output back: text (bytes that are not UTF-8 become U+FFFD) or base64 (the bytes unchanged). */
-export type OutputEncoding = 'utf8' | 'base64';
 
 /** What a backend's exec tap answers: the output as bytes. */
 export interface ExecOutput {

@@ -22,22 +22,6 @@
 #include "reply.h"
 #include "session.h"
 
-int bool_argument(const struct json *args, const char *key, int fallback, int *out) {
-  const struct json *value = json_get(args, key);
-  *out = fallback;
-  if (value == NULL || value->type == JSON_NULL) return 0;
-  if (value->type != JSON_BOOL) return -1;
-  *out = value->boolean;
-  return 0;
-}
-
-void reply_empty(const struct json *id) {
-  struct buffer ok = {0};
-  buffer_append_str(&ok, "{}");
-  reply_value(id, &ok);
-  buffer_free(&ok);
-}
-
 static void refuse(const struct json *id, const char *format, ...) __attribute__((format(printf, 2, 3)));
 static void refuse(const struct json *id, const char *format, ...) {
   char error[512];

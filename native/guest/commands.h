@@ -32,9 +32,4 @@ void cmd_sessions(const struct json *args, struct json **id);
 void cmd_read_file(const struct json *args, struct json **id);
 void cmd_write_file(const struct json *args, struct json **id);
 
-/* A JSON bool argument: `fallback` when absent; -1 when present and not a bool. */
-int bool_argument(const struct json *args, const char *key, int fallback, int *out);
-/* Answer {} */
-void reply_empty(const struct json *id);
-
 #endif

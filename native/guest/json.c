@@ -302,3 +302,12 @@ int json_get_strings(const struct json *object, const char *key, size_t max, con
   *out = list;
   return 1;
 }
+
+int bool_argument(const struct json *args, const char *key, int fallback, int *out) {
+  const struct json *value = json_get(args, key);
+  *out = fallback;
+  if (value == NULL || value->type == JSON_NULL) return 0;
+  if (value->type != JSON_BOOL) return -1;
+  *out = value->boolean;
+  return 0;
+}

@@ -65,4 +65,7 @@ void json_write_key(struct buffer *out, const char *key, int first);
 /* Any parsed value written back (used to echo a request's "id"). */
 void json_write_value(struct buffer *out, const struct json *value);
 
+/* A JSON bool argument: `fallback` when absent; -1 when present and not a bool. */
+int bool_argument(const struct json *args, const char *key, int fallback, int *out);
+
 #endif

@@ -82,3 +82,10 @@ void write_b64_member(struct buffer *out, const char *key, const void *data, siz
   base64_encode(out, (const unsigned char *)data, length);
   buffer_append(out, "\"", 1);
 }
+
+void reply_empty(const struct json *id) {
+  struct buffer ok = {0};
+  buffer_append_str(&ok, "{}");
+  reply_value(id, &ok);
+  buffer_free(&ok);
+}

@@ -26,6 +26,8 @@ void reply_init(struct transport *transport);
 void reply_send(const char *prefix, const struct buffer *value, const char *error_class, const char *error, const struct json *id);
 void reply_value(const struct json *id, const struct buffer *value);
 void reply_error(const struct json *id, const char *error_class, const char *desc);
+/* Answer {} */
+void reply_empty(const struct json *id);
 /* {"event":name,"data":data}: dropped unless the connection is in async mode. */
 void reply_event(const char *name, const struct buffer *data);
 /* Whether answers and events for `generation` go out now. */

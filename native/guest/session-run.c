@@ -1,5 +1,5 @@
 /*
- * A session's runs (see session.h): the wrapper written to the shell, the
+ * A session's runs (see session-run.h): the wrapper written to the shell, the
  * markers its output is cut at, the answer, and interrupts. The markers
  * carry a nonce of 16 random hex characters per run (getrandom), so the
  * command cannot end its run early by printing a marker of its own unless
@@ -7,7 +7,7 @@
  * its own session.
  */
 #define _GNU_SOURCE
-#include "session.h"
+#include "session-run.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/wait.h>
-#include "commands.h"
 #include "exec.h"
 #include "proctree.h"
 #include "reply.h"
@@ -141,60 +140,13 @@ void run_finish(struct session *s) {
 }
 
 /* 16 hex characters from getrandom (never blocking for long: early in a VM's boot the pool may not be ready). */
-static void make_nonce(char *out) {
+void run_make_nonce(char *out) {
   unsigned char bytes[NONCE_LENGTH / 2];
   ssize_t n = getrandom(bytes, sizeof bytes, GRND_NONBLOCK);
   if (n != (ssize_t)sizeof bytes) n = getrandom(bytes, sizeof bytes, 0x0004 /* GRND_INSECURE, Linux 5.6 */);
   if (n != (ssize_t)sizeof bytes) n = getrandom(bytes, sizeof bytes, 0);
   for (size_t i = 0; i < sizeof bytes; i++) sprintf(out + 2 * i, "%02x", bytes[i]);
   out[NONCE_LENGTH] = 0;
-}
-
-void cmd_session_run(const struct json *args, struct json **id) {
-  const char *handle = json_get_string(args, "handle");
-  struct session *s = session_find(handle);
-  char error[512];
-  int64_t timeout, max_output;
-  int stream;
-  const char *command = json_get_string(args, "command");
-  if (s == NULL) {
-    snprintf(error, sizeof error, "no session with handle %.64s", handle != NULL ? handle : "(none)");
-    reply_error(*id, "NotFound", error);
-    return;
-  }
-  if (s->busy) { reply_error(*id, "Busy", "a run is already in flight in this session"); return; }
-  if (s->ended || s->child->exited || s->child->in_fd < 0) { reply_error(*id, "GenericError", "the session's shell has ended; close it"); return; }
-  if (command == NULL || strlen(command) > MAX_COMMAND) { reply_error(*id, "GenericError", "'command' must be a string of at most 1 MiB without NUL"); return; }
-  if (limit_arguments(args, &timeout, &max_output, error, sizeof error) != 0) { reply_error(*id, "GenericError", error); return; }
-  if (bool_argument(args, "stream", 0, &stream) != 0) { reply_error(*id, "GenericError", "'stream' must be a boolean"); return; }
-  make_nonce(s->nonce);
-  /* command eval keeps a syntax error or a failing special builtin from ending
-     the shell; </dev/null keeps the command from reading the shell's own input
-     (the lines after it); the markers go on two lines, so that when the first
-     is cut short the second still runs. */
-  struct buffer text = {0};
-  buffer_append_str(&text, "command eval '");
-  for (const char *c = command; *c; c++) {
-    if (*c == '\'') buffer_append_str(&text, "'\\''");
-    else buffer_append(&text, c, 1);
-  }
-  buffer_printf(&text, "' </dev/null\n__dsec_s=$?; printf '\\n\\036%%s %%d\\036\\n' '%s' \"$__dsec_s\"; printf '\\n\\036%%s\\036\\n' '%s' >&2\n",
-                s->nonce, s->nonce);
-  struct child *c = s->child;
-  if (text.failed) { buffer_free(&text); reply_error(*id, "GenericError", "out of memory"); return; }
-  free(c->input);
-  c->input = (unsigned char *)text.data; /* written as the shell reads it (session.c) */
-  c->input_length = text.length;
-  c->input_offset = 0;
-  s->busy = 1;
-  s->id = *id;
-  *id = NULL;
-  s->generation = async_generation;
-  s->stream = stream;
-  s->max_output = (size_t)max_output;
-  s->started_ms = now_ms();
-  s->deadline_ms = timeout > 0 ? s->started_ms + timeout : 0;
-  s->start_ticks = proctree_now_ticks();
 }
 
 void run_interrupt(struct session *s, int timed_out) {

@@ -236,3 +236,50 @@ void session_service(const struct pollset *set) {
     run_timers(s, now, &ignored);
   }
 }
+
+void cmd_session_run(const struct json *args, struct json **id) {
+  const char *handle = json_get_string(args, "handle");
+  struct session *s = session_find(handle);
+  char error[512];
+  int64_t timeout, max_output;
+  int stream;
+  const char *command = json_get_string(args, "command");
+  if (s == NULL) {
+    snprintf(error, sizeof error, "no session with handle %.64s", handle != NULL ? handle : "(none)");
+    reply_error(*id, "NotFound", error);
+    return;
+  }
+  if (s->busy) { reply_error(*id, "Busy", "a run is already in flight in this session"); return; }
+  if (s->ended || s->child->exited || s->child->in_fd < 0) { reply_error(*id, "GenericError", "the session's shell has ended; close it"); return; }
+  if (command == NULL || strlen(command) > MAX_COMMAND) { reply_error(*id, "GenericError", "'command' must be a string of at most 1 MiB without NUL"); return; }
+  if (limit_arguments(args, &timeout, &max_output, error, sizeof error) != 0) { reply_error(*id, "GenericError", error); return; }
+  if (bool_argument(args, "stream", 0, &stream) != 0) { reply_error(*id, "GenericError", "'stream' must be a boolean"); return; }
+  run_make_nonce(s->nonce);
+  /* command eval keeps a syntax error or a failing special builtin from ending
+     the shell; </dev/null keeps the command from reading the shell's own input
+     (the lines after it); the markers go on two lines, so that when the first
+     is cut short the second still runs. */
+  struct buffer text = {0};
+  buffer_append_str(&text, "command eval '");
+  for (const char *c = command; *c; c++) {
+    if (*c == '\'') buffer_append_str(&text, "'\\''");
+    else buffer_append(&text, c, 1);
+  }
+  buffer_printf(&text, "' </dev/null\n__dsec_s=$?; printf '\\n\\036%%s %%d\\036\\n' '%s' \"$__dsec_s\"; printf '\\n\\036%%s\\036\\n' '%s' >&2\n",
+                s->nonce, s->nonce);
+  struct child *c = s->child;
+  if (text.failed) { buffer_free(&text); reply_error(*id, "GenericError", "out of memory"); return; }
+  free(c->input);
+  c->input = (unsigned char *)text.data; /* written as the shell reads it (session.c) */
+  c->input_length = text.length;
+  c->input_offset = 0;
+  s->busy = 1;
+  s->id = *id;
+  *id = NULL;
+  s->generation = async_generation;
+  s->stream = stream;
+  s->max_output = (size_t)max_output;
+  s->started_ms = now_ms();
+  s->deadline_ms = timeout > 0 ? s->started_ms + timeout : 0;
+  s->start_ticks = proctree_now_ticks();
+}
