@@ -22,8 +22,6 @@
  *   sandboxes themselves, so a restarted agent tops up what a crash left
  *   missing (a refill that never started, a create cleaned up half-made).
  */
-import { mkdir, readdir, rm } from 'node:fs/promises';
-import path from 'node:path';
 import { DsecError } from '../errors.js';
 import type { Logger, NodeContext } from '../hooks.js';
 import {
@@ -38,7 +36,7 @@ import {
   type SandboxSpec,
 } from '../live.js';
 import { newSandboxId } from '../util/sandbox-id.js';
-import { readJson, writeJsonAtomic } from './files.js';
+import { PoolRecords } from './pool-records.js';
 import type { SandboxEntry, SandboxStore } from './store.js';
 
 /** Refills of one pool being created at once: a burst of hand-outs must not start hundreds of creates on a node. */
@@ -94,25 +92,19 @@ export const poolKey = (lineage: string, fleet: string): string => `${lineage}/$
 
 export class PoolManager {
   private readonly pools = new Map<string, Pool>();
+  private readonly records: PoolRecords;
   private stopped = false;
 
   constructor(
     private readonly host: PoolHost,
-    private readonly dir: string,
-  ) {}
+    dir: string,
+  ) {
+    this.records = new PoolRecords(dir, host.log);
+  }
 
   /** Read the records a previous agent kept. */
   async load(): Promise<void> {
-    await mkdir(this.dir, { recursive: true, mode: 0o700 });
-    const names = await readdir(this.dir).catch(() => [] as string[]);
-    for (const name of names.filter((file) => file.endsWith('.json'))) {
-      try {
-        const spec = await readJson<PoolSpec>(path.join(this.dir, name));
-        this.pools.set(poolKey(spec.lineage, spec.fleet), newPool(spec));
-      } catch (error) {
-        this.host.log.warn(`ignoring the pool record ${name}: ${(error as Error).message}`);
-      }
-    }
+    for (const spec of await this.records.load()) this.pools.set(poolKey(spec.lineage, spec.fleet), newPool(spec));
   }
 
   /** Top every pool up (after a restart: refills a crash never started). */
@@ -135,7 +127,7 @@ export class PoolManager {
   /** Create or replace a pool record; waiting acquires and refills carry on under the new one. */
   async put(spec: PoolSpec): Promise<PoolInfo> {
     const key = poolKey(spec.lineage, spec.fleet);
-    await writeJsonAtomic(this.file(spec.lineage, spec.fleet), spec);
+    await this.records.write(spec);
     let pool = this.pools.get(key);
     if (pool) {
       pool.spec = spec;
@@ -150,7 +142,7 @@ export class PoolManager {
   async remove(lineage: string, fleet: string): Promise<boolean> {
     const key = poolKey(lineage, fleet);
     const pool = this.pools.get(key);
-    await rm(this.file(lineage, fleet), { force: true });
+    await this.records.remove(lineage, fleet);
     if (!pool) return false;
     this.pools.delete(key);
     clearTimeout(pool.retryTimer);
@@ -408,10 +400,6 @@ export class PoolManager {
       counts: this.counts(pool),
       ...(pool.lastError ? { lastError: { ...pool.lastError } } : {}),
     };
-  }
-
-  private file(lineage: string, fleet: string): string {
-    return path.join(this.dir, `${encodeURIComponent(lineage)}.${fleet}.json`);
   }
 }
 
