@@ -33,6 +33,9 @@ const KNOWN: readonly Benchmark[] = [
   { name: 'cluster-burst', title: 'a fleet of 200 container sandboxes over three cluster agents beside one local agent, sandboxes/s' },
   { name: 'fncall', title: 'FnCall: invocations/s of a trivial task through a pool beside a fresh container per task' },
   { name: 'backends', title: 'container, fncall, microVM, full VM: create-to-first-exec latency and memory per idle sandbox, with the accelerator' },
+  { name: 'exec', title: 'exec latency and throughput through the SDK beside runc exec, with 10 and with 2,000 idle sandboxes on the node' },
+  { name: 'acquire', title: 'a warm pool of 256: concurrent acquire latency, and the refill after 256 releases beside the plain create rate' },
+  { name: 'rollouts', title: '32 concurrent SWE-style rollouts on Debian with pytest: rollouts per minute and the share of wall time in dsec' },
 ];
 
 const here = path.dirname(fileURLToPath(import.meta.url));

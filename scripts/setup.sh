@@ -30,6 +30,8 @@ command -v extlinux >/dev/null 2>&1 || need+=(extlinux)
 dpkg -s syslinux-common >/dev/null 2>&1 || need+=(syslinux-common)
 command -v sfdisk >/dev/null 2>&1 || need+=(fdisk)
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+# The rollouts benchmark (bench/rollouts.ts) builds its Debian base layer (python3, pytest) once with debootstrap.
+dpkg -s debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install: ${need[*]}" >&2
