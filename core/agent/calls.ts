@@ -42,13 +42,7 @@ export interface CallHost {
 
 type SandboxOperation = Extract<BackendHookKind, 'exec' | 'process' | 'session' | 'readFile' | 'writeFile'>;
 
-/** How often a pool worker's activity clock is written to disk at most. */
-const ACTIVITY_PERSIST_MS = 5_000;
-
 export class SandboxCalls {
-  /** When each worker's activity was last persisted (see touchWorker). */
-  private readonly persistedActivity = new Map<string, number>();
-
   constructor(private readonly host: CallHost) {}
 
   /**
@@ -111,19 +105,14 @@ export class SandboxCalls {
   /**
    * A task is activity for the worker that ran it, so a pool under load is
    * never reaped as idle (`ttl.idleStop`). Kept in memory at once (the reaper
-   * reads it there); written to disk at most every ACTIVITY_PERSIST_MS, since
-   * a pool runs hundreds of tasks a second and the clock only needs to
-   * survive an agent restart roughly.
+   * reads it there); written to disk every few seconds at most
+   * (store.persistActivity).
    */
   private touchWorker(id: string): void {
     const entry = this.host.store.get(id);
     if (!entry) return;
-    const now = Date.now();
-    const persisted = this.persistedActivity.get(id) ?? 0;
-    entry.lastActivityAt = new Date(now).toISOString();
-    if (now - persisted < ACTIVITY_PERSIST_MS) return;
-    this.persistedActivity.set(id, now);
-    void this.host.store.persist(entry).catch(() => undefined);
+    entry.lastActivityAt = new Date().toISOString();
+    this.host.store.persistActivity(entry);
   }
 
   /**

@@ -170,8 +170,8 @@ export class PauseControl {
         finished = true;
         entry.calls = Math.max(0, (entry.calls ?? 1) - 1);
         entry.lastActivityAt = new Date().toISOString();
-        // Recorded for the idle reaper; not worth making the caller wait for the fsync.
-        void this.host.store.persist(entry).catch((error: Error) => this.log.warn(`sandbox ${entry.ctx.spec.id}: ${error.message}`));
+        // Recorded for the idle reaper (in memory at once, on disk every few seconds); never awaited by the caller.
+        this.host.store.persistActivity(entry);
       },
     };
   }

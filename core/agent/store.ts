@@ -36,6 +36,9 @@ export interface SandboxRecord {
   readonly recycling?: boolean;
 }
 
+/** How often a sandbox's activity clock is written to disk at most (persistActivity). */
+export const ACTIVITY_PERSIST_MS = 5_000;
+
 export interface SandboxEntry {
   /** Mutable on purpose: hooks update status, lowerDirs, storage, backend in place. */
   ctx: SandboxContext & { spec: SandboxSpec };
@@ -56,6 +59,9 @@ export interface SandboxEntry {
   /** Set once the sandbox's folder is gone: later writes are skipped. */
   removed?: boolean;
   writing?: Promise<void>;
+  /** When a write last carried lastActivityAt, and the trailing write due (persistActivity); in memory only. */
+  activityPersistedAt?: number;
+  activityTimer?: NodeJS.Timeout;
 }
 
 export const RECORD_FILE = 'record.json';
@@ -103,6 +109,8 @@ export class SandboxStore {
     const entry = this.entries.get(id);
     if (entry) {
       entry.removed = true;
+      clearTimeout(entry.activityTimer);
+      entry.activityTimer = undefined;
       this.unindex(entry);
     }
     this.entries.delete(id);
@@ -158,7 +166,15 @@ export class SandboxStore {
 
   /** Resolves once no operation holds a lock (for a clean shutdown), or after `timeoutMs`. */
   async drain(timeoutMs: number): Promise<void> {
-    const pending = Promise.all([...this.locks.values()]);
+    // Activity clocks waiting for their next write are written now: the agent is stopping.
+    const clocks = this.all()
+      .filter((entry) => entry.activityTimer)
+      .map((entry) => {
+        clearTimeout(entry.activityTimer);
+        entry.activityTimer = undefined;
+        return this.persist(entry).catch(() => undefined);
+      });
+    const pending = Promise.all([...this.locks.values(), ...clocks]);
     await Promise.race([pending, new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
   }
 
@@ -166,10 +182,32 @@ export class SandboxStore {
   persist(entry: SandboxEntry): Promise<void> {
     const write = async () => {
       if (entry.removed) return;
+      entry.activityPersistedAt = Date.now();
       await writeJsonAtomic(path.join(entry.ctx.dir, RECORD_FILE), toRecord(entry));
     };
     entry.writing = (entry.writing ?? Promise.resolve()).catch(() => {}).then(write);
     return entry.writing;
+  }
+
+  /**
+   * Persist a new lastActivityAt, at most once per ACTIVITY_PERSIST_MS: the
+   * reaper reads the clock in memory, and on disk it only has to survive an
+   * agent restart roughly (an idle stop then comes at most that much early).
+   * A write per exec was a third of the agent's CPU under load: a temp
+   * file, two fsyncs and a rename, for a clock nobody reads from disk.
+   */
+  persistActivity(entry: SandboxEntry): void {
+    if (entry.activityTimer || entry.removed) return;
+    const dueIn = (entry.activityPersistedAt ?? 0) + ACTIVITY_PERSIST_MS - Date.now();
+    const write = () => {
+      entry.activityTimer = undefined;
+      void this.persist(entry).catch((error: Error) => this.node.log.warn(`sandbox ${entry.ctx.spec.id}: ${error.message}`));
+    };
+    if (dueIn <= 0) write();
+    else {
+      entry.activityTimer = setTimeout(write, dueIn);
+      entry.activityTimer.unref();
+    }
   }
 
   /** Every record on disk, with the folders that hold none (a crash before the first write). */
