@@ -51,7 +51,16 @@ export interface SnapshotRequestBody {
 export interface AgentClientOptions {
   /** Per-request timeout in ms (0: none). exec adds its own timeout to it. @default 0 */
   readonly timeoutMs?: number;
+  /**
+   * Connections open to the agent at once; calls past it queue in this
+   * process. A streamed exec, a session run or a release holds one for as
+   * long as it lasts, so a driver of many rollouts needs many.
+   * @default 1024
+   */
+  readonly maxConnections?: number;
 }
+
+const DEFAULT_MAX_CONNECTIONS = 1024;
 
 /** Where an agent answers over TCP, and the cluster token it wants. */
 export interface AgentTcpTarget {
@@ -69,7 +78,7 @@ export class AgentClient {
   private readonly agent: http.Agent;
 
   constructor(target: string | AgentTcpTarget, private readonly options: AgentClientOptions = {}) {
-    this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+    this.agent = new http.Agent({ keepAlive: true, maxSockets: options.maxConnections ?? DEFAULT_MAX_CONNECTIONS });
     if (typeof target === 'string') {
       this.socketPath = target;
       this.address = target;

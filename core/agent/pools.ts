@@ -74,6 +74,8 @@ interface Waiter {
   reject(error: Error): void;
   /** Stop its timer and abort listener. */
   settle(): void;
+  /** Leave the queue with DSEC_POOL_EXHAUSTED (its wait ran out). */
+  giveUp(): void;
 }
 
 interface Pool {
@@ -86,6 +88,8 @@ interface Pool {
   retryAt: number;
   retryTimer?: NodeJS.Timeout;
   lastError?: { at: string; message: string };
+  /** A pass (serve, top up) is due at the end of this turn of the event loop. */
+  passDue?: boolean;
 }
 
 export const poolKey = (lineage: string, fleet: string): string => `${lineage}/${fleet}`;
@@ -197,20 +201,16 @@ export class PoolManager {
           clearTimeout(timer);
           signal?.removeEventListener('abort', onAbort);
         },
+        giveUp: () => {
+          this.dropWaiter(pool, waiter);
+          reject(this.exhausted(pool, Date.now() - waiter.since));
+        },
       };
-      pool.waiters.push(waiter);
-      this.serve(pool);
-      if (!pool.waiters.includes(waiter)) return;
       if (signal?.aborted) return onAbort();
       signal?.addEventListener('abort', onAbort, { once: true });
-      const giveUp = () => {
-        this.dropWaiter(pool, waiter);
-        reject(this.exhausted(pool, Date.now() - waiter.since));
-      };
-      // Refills for the waiters start now, even for one that gives up at once: the next acquire finds them.
-      this.topUp(pool);
-      if ((request.waitMs ?? 0) <= 0) giveUp();
-      else timer = setTimeout(giveUp, request.waitMs);
+      pool.waiters.push(waiter);
+      if ((request.waitMs ?? 0) > 0) timer = setTimeout(waiter.giveUp, request.waitMs);
+      this.changed(pool);
     });
   }
 
@@ -242,9 +242,22 @@ export class PoolManager {
     return this.host.store.ofFleet(pool.spec.fleet).filter((entry) => entry.ctx.spec.labels[LABEL_LINEAGE] === pool.spec.lineage);
   }
 
+  /**
+   * Something in the pool changed: serve its waiters and top it up, once at
+   * the end of this turn of the event loop however many changes (a burst of
+   * acquires read in one go) came in it, so a burst costs one pass over the
+   * pool's sandboxes rather than one per acquire.
+   */
   private changed(pool: Pool): void {
-    this.serve(pool);
-    this.topUp(pool);
+    if (pool.passDue) return;
+    pool.passDue = true;
+    setImmediate(() => {
+      pool.passDue = false;
+      this.serve(pool);
+      // Refills for the waiters start now, even for those that give up at once: the next acquires find them.
+      this.topUp(pool);
+      for (const waiter of pool.waiters.filter((candidate) => (candidate.request.waitMs ?? 0) <= 0)) waiter.giveUp();
+    });
   }
 
   /** Hand ready sandboxes to waiters, in order, within maxClaimed. */

@@ -52,6 +52,7 @@ export {
   attachLoop,
   detachLoop,
   detachUnmountedLoops,
+  isFilesystemRoot,
   isMountPoint,
   loopBytesRead,
   loopsBackedBy,

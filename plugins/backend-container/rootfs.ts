@@ -1,10 +1,13 @@
 /**
  * The sandbox's root filesystem: an overlay of the read-only layer trees with
  * a private writable upper dir, mounted with mount(8) and taken down with
- * umount(8), both started by the launcher. Mount state is read from
- * /proc/self/mountinfo, never guessed.
+ * umount(8), both started by the launcher. Mount state is read from the
+ * kernel, never guessed: the overlay is a filesystem of its own, so its
+ * device number says whether it is still mounted (two stats; the node's
+ * mount table grows by a line per sandbox and costs tens of milliseconds
+ * to read at 2,000).
  */
-import { readFile } from 'node:fs/promises';
+import { isFilesystemRoot } from '../../core/plugin-api.js';
 import { launcher } from './launcher.js';
 
 /** The kernel takes at most a page of mount options. */
@@ -56,46 +59,27 @@ export async function mountOverlay(dirs: OverlayDirs): Promise<void> {
   }
 }
 
-/** Mount points at or under `dir`, deepest first (the order to unmount them in). */
-export async function mountPointsUnder(dir: string): Promise<string[]> {
-  const text = await readFile('/proc/self/mountinfo', 'utf8');
-  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
-  const points = text
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => unescapeMountPath(line.split(' ')[4] ?? ''))
-    .filter((point) => point === dir || point.startsWith(prefix));
-  return [...new Set(points)].sort((a, b) => b.length - a.length);
-}
-
-export async function isMounted(target: string): Promise<boolean> {
-  return (await mountPointsUnder(target)).includes(target);
-}
-
 /**
- * Unmount everything at and under `target`. Retries while busy (a process
- * that was just killed may still hold it), then detaches lazily as the last
- * resort so the sandbox can still be removed.
+ * Unmount the sandbox's overlay at `target` (and any stacked on it).
+ * Retries while busy (a process that was just killed may still hold it),
+ * then detaches lazily as the last resort so the sandbox can still be
+ * removed. Nothing else is ever mounted below it in the host's namespace
+ * (the container's own mounts live in its namespace); were anything left,
+ * the agent's removeTree refuses to delete the folder.
  */
 export async function unmountAll(target: string, options: { attempts?: number; delayMs?: number } = {}): Promise<void> {
   const attempts = options.attempts ?? 10;
   const delayMs = options.delayMs ?? 50;
   for (let attempt = 1; ; attempt++) {
-    const points = await mountPointsUnder(target);
-    if (points.length === 0) return;
-    let lastError: unknown;
-    for (const point of points) {
-      try {
-        await runOk('umount', attempt < attempts ? [point] : ['-l', point]);
-      } catch (error) {
-        lastError = error;
+    if (!(await isFilesystemRoot(target))) return;
+    try {
+      await runOk('umount', attempt < attempts ? [target] : ['-l', target]);
+      continue;
+    } catch (error) {
+      if (attempt >= attempts) {
+        if (!(await isFilesystemRoot(target))) return;
+        throw new Error(`umount ${target}: ${commandMessage(error)}`);
       }
-    }
-    if (lastError === undefined) continue;
-    if (attempt >= attempts) {
-      const left = await mountPointsUnder(target);
-      if (left.length === 0) return;
-      throw new Error(`umount ${left.join(', ')}: ${commandMessage(lastError)}`);
     }
     await new Promise((resolve) => setTimeout(resolve, delayMs * attempt));
   }
@@ -107,11 +91,6 @@ async function runOk(command: 'mount' | 'umount', args: readonly string[]): Prom
   if (result.code !== 0) {
     throw Object.assign(new Error(`${command} exited ${result.code ?? result.signal}`), { stderr: result.stderr });
   }
-}
-
-/** mountinfo escapes space, tab, newline and backslash as octal. */
-function unescapeMountPath(text: string): string {
-  return text.replace(/\\([0-7]{3})/g, (_whole, octal: string) => String.fromCharCode(parseInt(octal, 8)));
 }
 
 function commandMessage(error: unknown): string {

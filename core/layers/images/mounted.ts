@@ -3,8 +3,10 @@
  * read-only, at `<local>/mnt/<hex>`, from a loop device attached read-only
  * (and made auto-clear once mounted, see mounts.ts). `<local>/mnt/<hex>.json`
  * remembers which device reads the data, for the read counters; the mount
- * itself is always read back from the kernel's mount table, so an agent that
- * restarts finds its mounts again.
+ * itself is always read back from the kernel (an EROFS mount is a
+ * filesystem of its own: its device number tells, without reading the
+ * node's whole mount table), so an agent that restarts finds its mounts
+ * again.
  */
 import { promises as fs } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -12,7 +14,7 @@ import { DsecError, isDsecError } from '../../errors.js';
 import type { LayerFormat } from '../../live.js';
 import { digestHex } from '../digest.js';
 import { isErrno, writeFileAtomic } from '../fsutil.js';
-import { attachLoop, detachLoop, isMountPoint, mountErofs, mountsUnder, settleLoop, loopBytesRead, unmount } from '../mounts.js';
+import { attachLoop, detachLoop, isFilesystemRoot, mountErofs, settleLoop, loopBytesRead, unmount } from '../mounts.js';
 import type { AttachedImage, FormatDirs, ImageFormat, NewStaging, PreparedImage, StoredImage } from './types.js';
 
 /** What a format opened for a mount: the file behind the loop device, and what to mount. */
@@ -60,7 +62,7 @@ export abstract class MountedFormat implements ImageFormat {
 
   async attached(digest: string): Promise<AttachedImage | undefined> {
     const path = this.mountPoint(digest);
-    if (!(await isMountPoint(path))) return undefined;
+    if (!(await isFilesystemRoot(path))) return undefined;
     try {
       return { ...(JSON.parse(await fs.readFile(this.statePath(digest), 'utf8')) as AttachedImage), path };
     } catch {
@@ -112,7 +114,7 @@ export abstract class MountedFormat implements ImageFormat {
   async detach(digest: string): Promise<void> {
     const path = this.mountPoint(digest);
     const attached = await this.attached(digest);
-    await unmount(path);
+    await unmount(path, { isMounted: isFilesystemRoot });
     if (attached?.device && attached.data) await settleLoop(attached.device, attached.data);
     if (attached?.metadataDevice && attached.metadata) await settleLoop(attached.metadataDevice, attached.metadata);
     await fs.rm(this.statePath(digest), { force: true });
@@ -122,8 +124,14 @@ export abstract class MountedFormat implements ImageFormat {
   }
 
   async attachedDigests(): Promise<string[]> {
-    return (await mountsUnder(this.mntDir))
-      .filter((mount) => dirname(mount.target) === this.mntDir && /^[0-9a-f]{64}$/.test(basename(mount.target)))
-      .map((mount) => `sha256:${basename(mount.target)}`);
+    const names = await fs.readdir(this.mntDir).catch((error: unknown) => {
+      if (isErrno(error, 'ENOENT')) return [] as string[];
+      throw error;
+    });
+    const digests: string[] = [];
+    for (const name of names.filter((entry) => /^[0-9a-f]{64}$/.test(entry))) {
+      if (await isFilesystemRoot(join(this.mntDir, name))) digests.push(`sha256:${name}`);
+    }
+    return digests;
   }
 }
