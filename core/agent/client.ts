@@ -357,7 +357,8 @@ export class AgentClient {
       }
       req.on('error', (error: NodeJS.ErrnoException) => {
         const wrapped = this.unreachable(error);
-        if (req.reusedSocket && error.code === 'ECONNRESET') Object.assign(wrapped, { retryable: true });
+        // A kept-alive socket the agent closed as idle (its keepAliveTimeout) just as this request went out: never read, so sent again.
+        if (req.reusedSocket && (error.code === 'ECONNRESET' || error.code === 'EPIPE')) Object.assign(wrapped, { retryable: true });
         reject(wrapped);
       });
     });
