@@ -226,7 +226,7 @@ function report(settings: AcquireSettings, setupSeconds: number, pools: readonly
       perRound('release (recycle) median, ms', pools.map((pool) => pool.singleRelease.median)),
     ]),
   );
-  out(`\n${R} concurrent acquires, then ${R} concurrent releases (the SDK's agent client keeps at most 64 connections: calls beyond wait for one)\n`);
+  out(`\n${R} concurrent acquires, then ${R} concurrent releases\n`);
   out(
     table(['per round', ...rounds, 'median'], [
       perRound('acquire median, ms', pools.map((pool) => pool.acquire.median)),
