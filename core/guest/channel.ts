@@ -9,9 +9,10 @@
  * crash of the caller.
  */
 import { randomInt } from 'node:crypto';
-import { createConnection, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DsecError } from '../errors.js';
+import { openSocket } from './socket.js';
 
 /** The longest answer line accepted: two streams of 32 MiB of exec output, base64, and room. */
 export const MAX_ANSWER_LINE = 128 * 1024 * 1024;
@@ -218,26 +219,6 @@ export class GuestChannel {
     this.failWaiter?.(this.unreachable(reason));
     for (const listener of this.closeListeners.splice(0)) listener(reason);
   }
-}
-
-function openSocket(path: string, timeoutMs: number): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = createConnection({ path });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error('connect timed out'));
-    }, timeoutMs);
-    socket.once('connect', () => {
-      clearTimeout(timer);
-      socket.removeAllListeners('error');
-      resolve(socket);
-    });
-    socket.once('error', (error) => {
-      clearTimeout(timer);
-      socket.destroy();
-      reject(error);
-    });
-  });
 }
 
 function parseJson(line: Buffer): unknown {

@@ -11,10 +11,11 @@
  * a FIFO as a pipe, so reads and writes are asynchronous like a socket's.
  */
 import { constants, fstat, open, close as closeFd } from 'node:fs';
-import { createConnection, Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DsecError } from '../errors.js';
+import { openSocket } from './socket.js';
 
 /** Bytes to and from one guest agent: a unix socket, or a FIFO pair. */
 export interface GuestTransport {
@@ -64,7 +65,7 @@ export async function openSocketTransport(path: string, timeoutMs: number): Prom
   let delay = 20;
   for (;;) {
     try {
-      const socket = await connect(path, Math.max(1, deadline - Date.now()));
+      const socket = await openSocket(path, Math.max(1, deadline - Date.now()));
       return new SocketTransport(path, socket, socket);
     } catch (error) {
       const left = deadline - Date.now();
@@ -117,24 +118,4 @@ class SocketTransport implements GuestTransport {
     this.writer.destroy();
     for (const listener of this.closeListeners.splice(0)) listener(reason);
   }
-}
-
-function connect(path: string, timeoutMs: number): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = createConnection({ path });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error('connect timed out'));
-    }, timeoutMs);
-    socket.once('connect', () => {
-      clearTimeout(timer);
-      socket.removeAllListeners('error');
-      resolve(socket);
-    });
-    socket.once('error', (error) => {
-      clearTimeout(timer);
-      socket.destroy();
-      reject(error);
-    });
-  });
 }
